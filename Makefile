@@ -1,0 +1,37 @@
+# distsgd: `make test` (what CI runs) and `make reproduce` (every notebook, quick profile).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PROFILE ?= quick
+JOBS   ?= 1
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-unit test-notebooks reproduce list clean
+
+# The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-notebooks: venv
+	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
+
+reproduce: venv
+	$(PY) reproduce/run.py --profile $(PROFILE) --jobs $(JOBS)
+
+list: venv
+	$(PY) -m distsgd list
+
+clean:
+	rm -rf results reproduce/runs .pytest_cache

@@ -1,0 +1,14 @@
+"""distsgd: a reproducibility kit for communication-efficient distributed deep-learning training.
+
+    import distsgd
+    result = distsgd.run(algo="local_sgd", params={"period": 4}, nproc=4, steps=300)
+    result.metrics      # pandas DataFrame, one row per logged step
+    result.summary      # final evaluation and totals
+"""
+from .config import Config
+from .errors import ConfigError, WorkerError
+from .results import Result
+from .runner import run
+
+__all__ = ["Config", "ConfigError", "WorkerError", "Result", "run"]
+__version__ = "0.1.0"

@@ -1,0 +1,28 @@
+"""Flattening a model's state into one buffer, for one-collective model averaging."""
+from __future__ import annotations
+
+import torch
+
+
+def averaged_tensors(model: torch.nn.Module, include_buffers: bool = True) -> list[torch.Tensor]:
+    """The tensors that model averaging averages: parameters, and floating-point buffers
+    (BatchNorm running statistics) when `include_buffers`. Integer buffers (num_batches_tracked)
+    are the same on every rank and are left alone."""
+    tensors = [p.data for p in model.parameters()]
+    if include_buffers:
+        tensors += [b for b in model.buffers() if b.is_floating_point()]
+    return tensors
+
+
+def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One contiguous copy of `tensors`."""
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy the consecutive slices of `flat` back into `tensors` (in place)."""
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[offset:offset + n].view_as(t))
+        offset += n

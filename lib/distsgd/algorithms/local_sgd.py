@@ -1,0 +1,59 @@
+"""Local SGD (periodic model averaging; Stich 2019, Lin et al. 2020; "K-step averaging").
+
+Each worker takes `period` = k local optimizer steps, then all workers average their models:
+
+    x_i <- optimizer_step(x_i, grad F(x_i; xi_i))               every step
+    x_i <- (1/p) * sum_j x_j          if (t + 1) mod k == 0      (one all-reduce of the model)
+
+With k = 1 and SGD (with or without momentum and weight decay, all linear in x) this equals
+synchronous SGD. Optimizer state (momentum buffers) stays local. Floating-point buffers
+(BatchNorm statistics) are averaged with the parameters, in the same flat all-reduce.
+`finalize()` averages once more if local steps were taken since the last average.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import Algorithm, Param
+from .flat import averaged_tensors, flatten, unflatten_into
+from .registry import register
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..config import Config
+
+
+@register
+class LocalSGD(Algorithm):
+    name = "local_sgd"
+    summary = "local SGD: `period` local steps, then a global model average"
+    params = (
+        Param("period", 4, "local steps between model averagings", lambda v: v >= 1, "an integer >= 1"),
+    )
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        self.tensors = averaged_tensors(model)
+        self.since_average = 0
+        return model
+
+    def average(self) -> None:
+        flat = flatten(self.tensors)
+        self.comm.all_reduce(flat, op="avg")
+        unflatten_into(flat, self.tensors)
+        self.since_average = 0
+
+    def after_step(self, step: int) -> None:
+        self.since_average += 1
+        if (step + 1) % self.p["period"] == 0:
+            self.average()
+
+    def finalize(self) -> None:
+        if self.since_average:
+            self.average()
+
+    def metrics(self) -> dict[str, float]:
+        return {"period": self.p["period"]}

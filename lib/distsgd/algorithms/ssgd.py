@@ -1,0 +1,110 @@
+"""S-SGD: synchronous data-parallel SGD with a gradient all-reduce every step.
+
+Update rule (mini-batch SGD on p workers, e.g. Goyal et al. 2017, eq. 1):
+
+    g_t = (1/p) * sum_i grad F(x_t; xi_{i,t})          # all-reduce (average) of gradients
+    x_{t+1} = optimizer_step(x_t, g_t)                # identical on every rank
+
+Gradients are fused into buckets of at most `bucket_mb` MB, filled in reverse parameter order
+(the order backward produces them, as in PyTorch DDP and Horovod's tensor fusion). With
+`overlap`, a bucket's all-reduce is launched asynchronously from the gradient hooks as soon as
+every gradient in it is ready, so communication overlaps the rest of backward (wait-free
+backpropagation); otherwise all buckets are reduced after backward.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import Algorithm, Param
+from .registry import register
+
+if TYPE_CHECKING:
+    from ..comm import Comm, Handle
+    from ..config import Config
+
+
+class _Bucket:
+    """Parameters whose gradients travel in one all-reduce."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        self.buffer = torch.empty(self.numel, dtype=params[0].dtype, device=params[0].device)
+        self.ready = 0
+        self.handle: Handle | None = None
+
+    def pack(self) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                self.buffer[offset:offset + n].zero_()
+            else:
+                self.buffer[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+
+    def unpack(self) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+            p.grad.copy_(self.buffer[offset:offset + n].view_as(p))
+            offset += n
+
+
+def make_buckets(params: list[torch.nn.Parameter], cap_bytes: float) -> list[_Bucket]:
+    """Group `params` (in backward order) into consecutive buckets of at most `cap_bytes`
+    (a single tensor larger than the cap gets a bucket of its own)."""
+    buckets, current, size = [], [], 0
+    for p in params:
+        nbytes = p.numel() * p.element_size()
+        if current and (size + nbytes > cap_bytes or p.dtype != current[0].dtype):
+            buckets.append(_Bucket(current))
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+    if current:
+        buckets.append(_Bucket(current))
+    return buckets
+
+
+@register
+class SSGD(Algorithm):
+    name = "ssgd"
+    summary = "synchronous SGD: bucketed gradient all-reduce every step, overlapped with backward"
+    params = (
+        Param("bucket_mb", 25.0, "tensor-fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
+        Param("overlap", True, "launch each bucket's all-reduce from backward hooks as soon as it is full"),
+    )
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.buckets = make_buckets(list(reversed(trainable)), self.p["bucket_mb"] * 2**20)
+        if self.p["overlap"]:
+            for bucket in self.buckets:
+                for p in bucket.params:
+                    p.register_post_accumulate_grad_hook(lambda _p, b=bucket: self._grad_ready(b))
+        return model
+
+    def _grad_ready(self, bucket: _Bucket) -> None:
+        bucket.ready += 1
+        if bucket.ready == len(bucket.params):
+            self._launch(bucket)
+
+    def _launch(self, bucket: _Bucket) -> None:
+        bucket.pack()
+        bucket.handle = self.comm.all_reduce(bucket.buffer, op="avg", async_op=True)
+
+    def after_backward(self, step: int) -> None:
+        for bucket in self.buckets:
+            if bucket.handle is None:          # no overlap, or a parameter without gradient
+                self._launch(bucket)
+        for bucket in self.buckets:
+            bucket.handle.wait()
+            bucket.unpack()
+            bucket.handle, bucket.ready = None, 0

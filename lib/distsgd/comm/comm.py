@@ -1,0 +1,226 @@
+"""`Comm`: the one place in distsgd that calls torch.distributed.
+
+Every collective goes through here so that it is counted in the `Ledger` and, when a network
+model is set, its completion is delayed to what that network would take:
+
+    ready_at = max(issue time, time the link becomes free) + NetModel.cost(kind, n, p)
+
+The real collective still runs and moves the real data; `Handle.wait()` returns no earlier than
+`ready_at`. Collectives of one rank queue on its link in issue order (one NIC), so two
+overlapping collectives do not both get the full bandwidth. Because the delay is measured from
+issue time, computation done between issuing and waiting overlaps with the modeled transfer in
+real wall-clock time.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .ledger import Entry, Ledger
+from .netmodel import NetModel, bytes_sent
+
+_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN}
+
+
+@dataclass(frozen=True)
+class Group:
+    """A set of ranks that communicate together; `pg` is None for the whole world."""
+
+    ranks: tuple[int, ...]
+    pg: object | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def scope(self) -> str:
+        return "global" if self.pg is None else "local"
+
+
+class Handle:
+    """An in-flight collective. `wait()` blocks until the data arrived and the modeled time passed."""
+
+    def __init__(self, comm: "Comm", work: dist.Work, entry: Entry,
+                 post: Callable[[], None] | None) -> None:
+        self._comm, self._work, self.entry, self._post = comm, work, entry, post
+        self.done = False
+
+    def is_completed(self) -> bool:
+        return self.done or (self._work.is_completed() and time.perf_counter() >= self.entry.t_ready)
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        t0 = time.perf_counter()
+        self._work.wait()
+        remaining = self.entry.t_ready - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        if self._post is not None:
+            self._post()
+        self.done = True
+        self.entry.t_done = time.perf_counter()
+        self._comm.ledger.add_wait(self.entry, self.entry.t_done - t0)
+        self._comm._pending.discard(self)
+
+
+class Comm:
+    """Collectives with a byte ledger and optional network emulation, for one rank."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device,
+                 net: NetModel | None = None) -> None:
+        self.rank, self.world_size, self.device, self.net = rank, world_size, device, net
+        self.world = Group(tuple(range(world_size)))
+        self.ledger = Ledger()
+        self.step = 0                       # set by the training loop; tags ledger entries
+        self._link_free_at = 0.0
+        self._pending: set[Handle] = set()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ set-up
+    @classmethod
+    def from_env(cls, backend: str, device: torch.device, net: NetModel | None,
+                 timeout_s: float) -> "Comm":
+        """Join the process group described by the torchrun-style environment variables
+        (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). A peer that does not answer within
+        `timeout_s` makes collectives raise instead of hanging."""
+        kwargs = {}
+        if backend == "nccl":
+            kwargs["device_id"] = device
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+        return cls(dist.get_rank(), dist.get_world_size(), device, net)
+
+    def new_group(self, ranks: list[int] | tuple[int, ...]) -> Group:
+        """A subgroup; every rank must call this with the same `ranks` (torch.distributed rule)."""
+        ranks = tuple(sorted(ranks))
+        return Group(ranks, dist.new_group(list(ranks)))
+
+    def split_groups(self, groups: list[list[int]]) -> Group:
+        """Create all `groups` (a partition of the ranks) and return the one holding this rank."""
+        mine = None
+        for ranks in groups:
+            g = self.new_group(ranks)
+            if self.rank in g.ranks:
+                mine = g
+        if mine is None:
+            raise ValueError(f"rank {self.rank} is in none of the groups {groups}")
+        return mine
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None,
+                   async_op: bool = False) -> Handle | None:
+        """In-place all-reduce; op 'avg' divides the sum by the group size on completion."""
+        g = group or self.world
+        post = (lambda: tensor.div_(g.size)) if op == "avg" else None
+        return self._issue("all_reduce", tensor, g, post, async_op, lambda: dist.all_reduce(
+            tensor, op=_OPS[op], group=g.pg, async_op=True))
+
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum",
+                       group: Group | None = None, async_op: bool = False) -> Handle | None:
+        """`output` (n/p elements) receives this rank's shard of the reduction of `input` (n)."""
+        g = group or self.world
+        post = (lambda: output.div_(g.size)) if op == "avg" else None
+        return self._issue("reduce_scatter", input, g, post, async_op, lambda: dist.reduce_scatter_single(
+            output, input, op=_OPS[op], group=g.pg, async_op=True))
+
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, group: Group | None = None,
+                   async_op: bool = False) -> Handle | None:
+        """`output` (p*n elements) receives every rank's `input` (n), in rank order."""
+        g = group or self.world
+        return self._issue("all_gather", output, g, None, async_op, lambda: dist.all_gather_single(
+            output, input, group=g.pg, async_op=True))
+
+    def broadcast(self, tensor: torch.Tensor, src: int, group: Group | None = None,
+                  async_op: bool = False) -> Handle | None:
+        """`tensor` takes the value of global rank `src`'s tensor."""
+        g = group or self.world
+        return self._issue("broadcast", tensor, g, None, async_op, lambda: dist.broadcast(
+            tensor, src=src, group=g.pg, async_op=True))
+
+    def all_reduce_future(self, tensor: torch.Tensor, op: str = "avg",
+                          group: Group | None = None) -> torch.futures.Future:
+        """All-reduce returning a Future (for DDP communication hooks). The future completes
+        no earlier than the modeled time, so DDP's overlap is measured against the emulated network."""
+        g = group or self.world
+        entry = self._record("all_reduce", tensor, g)
+        work = dist.all_reduce(tensor, op=_OPS[op], group=g.pg, async_op=True)
+        out: torch.futures.Future = torch.futures.Future()
+
+        def finish() -> None:
+            if op == "avg":
+                tensor.div_(g.size)
+            entry.t_done = time.perf_counter()
+            out.set_result(tensor)
+
+        def on_done(fut: torch.futures.Future) -> None:
+            try:
+                fut.value()
+            except Exception as exc:  # propagate a failed collective to DDP
+                out.set_exception(exc)
+                return
+            delay = entry.t_ready - time.perf_counter()
+            if delay > 0:
+                threading.Timer(delay, finish).start()
+            else:
+                finish()
+
+        work.get_future().add_done_callback(on_done)
+        return out
+
+    def barrier(self) -> None:
+        """Synchronise all ranks; not counted in the ledger (used for bookkeeping only)."""
+        dist.barrier()
+
+    def reduce_uncounted(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """All-reduce for bookkeeping (metrics); not in the ledger and never delayed."""
+        dist.all_reduce(tensor, op=_OPS[op])
+        if op == "avg":
+            tensor.div_(self.world_size)
+        return tensor
+
+    # ------------------------------------------------------------------ accounting
+    def pending(self) -> int:
+        """Number of issued async collectives not yet waited on."""
+        return len(self._pending)
+
+    def assert_drained(self) -> None:
+        """Raise if an async handle was never waited on (a leak that would make results wrong)."""
+        if self._pending:
+            kinds = sorted(h.entry.kind for h in self._pending)
+            raise RuntimeError(f"rank {self.rank}: {len(kinds)} collectives never waited: {kinds}")
+
+    def _record(self, kind: str, tensor: torch.Tensor, g: Group) -> Entry:
+        nbytes = tensor.numel() * tensor.element_size()
+        now = time.perf_counter()
+        modeled = self.net.cost(kind, nbytes, g.size) if self.net else 0.0
+        with self._lock:
+            start = max(now, self._link_free_at) if self.net else now
+            ready = start + modeled
+            if self.net:
+                self._link_free_at = ready
+        entry = Entry(step=self.step, kind=kind, scope=g.scope, nbytes=nbytes,
+                      sent=bytes_sent(kind, nbytes, g.size), group_size=g.size,
+                      t_issue=now, modeled_s=modeled, t_ready=ready)
+        return self.ledger.record(entry)
+
+    def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
+               async_op: bool, launch: Callable[[], dist.Work]) -> Handle | None:
+        entry = self._record(kind, tensor, g)
+        handle = Handle(self, launch(), entry, post)
+        if async_op:
+            self._pending.add(handle)
+            return handle
+        handle.wait()
+        return None

@@ -1,0 +1,30 @@
+"""Errors raised by distsgd, each with enough context to act on."""
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. Names the field, the bad value and what is allowed."""
+
+    def __init__(self, field: str, value: object, allowed: Iterable[object] | str | None = None,
+                 hint: str = "") -> None:
+        self.field, self.value = field, value
+        if allowed is None:
+            allowed_txt = ""
+        elif isinstance(allowed, str):
+            allowed_txt = f"; allowed: {allowed}"
+        else:
+            allowed_txt = "; allowed: " + ", ".join(str(a) for a in allowed)
+        msg = f"invalid {field}={value!r}{allowed_txt}"
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; carries its rank and the cause (traceback or exit status)."""
+
+    def __init__(self, rank: int, cause: str) -> None:
+        self.rank, self.cause = rank, cause
+        super().__init__(f"worker rank {rank} failed:\n{cause}")

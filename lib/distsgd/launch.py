@@ -1,0 +1,150 @@
+"""Starting and supervising the worker processes of a run.
+
+Two ways, one code path for the workers (`distsgd.train.run_worker`, which reads the
+torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
+
+- spawn (a laptop, one GPU box, a notebook kernel): start `nproc` processes
+  `python -m distsgd worker RUN_DIR` on this machine, each with one intra-op thread on CPU
+  (as torchrun sets OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker
+  fails, the others are stopped at once and `WorkerError` names the rank and its traceback.
+- env (torchrun or srun on a cluster): this process already is one rank; run it in place.
+  torchrun does the supervising there.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .config import Config
+from .errors import ConfigError, WorkerError
+from .train import PROGRESS_ENV
+
+ERROR_FILE = "error_rank{rank}.txt"
+
+
+def launcher_for(config: Config) -> str:
+    """'env' when this process was started by torchrun/srun with a world set, else 'spawn'."""
+    if config.launcher != "auto":
+        return config.launcher
+    return "env" if "WORLD_SIZE" in os.environ and "RANK" in os.environ else "spawn"
+
+
+def launch(config: Config, run_dir: Path) -> None:
+    """Run the workers of `config` writing into `run_dir`; raise WorkerError on failure."""
+    if launcher_for(config) == "env":
+        from .train import run_worker
+        run_worker(run_dir, config)
+    else:
+        spawn(config, run_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(rank: int, world_size: int, port: int, gpus: int) -> dict[str, str]:
+    """Environment of local worker `rank`: the torchrun variables plus thread limits."""
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env[PROGRESS_ENV] = "file"
+    if gpus == 0:
+        env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    return env
+
+
+def spawn(config: Config, run_dir: Path) -> None:
+    """Start `config.nproc` local workers and wait for all; fail fast if any fails."""
+    import torch
+
+    gpus = torch.cuda.device_count() if config.device != "cpu" and config.backend != "gloo" else 0
+    if config.device == "cuda" and gpus < config.nproc:
+        raise ConfigError("nproc", config.nproc, f"at most {gpus} (GPUs on this host, one per rank)")
+    ranks_dir = run_dir / "ranks"
+    ranks_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    logs = []
+    try:
+        for rank in range(config.nproc):
+            log = open(ranks_dir / f"rank{rank}.log", "w")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distsgd", "worker", str(run_dir)],
+                env=worker_env(rank, config.nproc, port, gpus), stdout=log, stderr=subprocess.STDOUT))
+        _supervise(procs, run_dir, config)
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+
+
+def _supervise(procs: list[subprocess.Popen], run_dir: Path, config: Config) -> None:
+    bar = None
+    if config.progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=config.steps, desc=config.run_name(), unit="step", leave=False)
+    progress = run_dir / "ranks" / "progress"
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                _stop(procs)
+                rank = _first_failure(run_dir, failed)
+                raise WorkerError(rank, _cause(run_dir, rank, codes[rank]))
+            if all(c == 0 for c in codes):
+                return
+            if bar is not None and progress.exists():
+                try:
+                    step, loss = progress.read_text().split()
+                    bar.update(int(step) - bar.n)
+                    bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
+                except (ValueError, OSError):
+                    pass
+            time.sleep(0.1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _first_failure(run_dir: Path, failed: list[int]) -> int:
+    """The rank that failed first (earliest error file), the root cause; others often fail
+    afterwards only because their peer vanished."""
+    stamped = []
+    for rank in failed:
+        f = run_dir / "ranks" / ERROR_FILE.format(rank=rank)
+        stamped.append((f.stat().st_mtime if f.exists() else float("inf"), rank))
+    return min(stamped)[1]
+
+
+def _cause(run_dir: Path, rank: int, code: int | None) -> str:
+    err = run_dir / "ranks" / ERROR_FILE.format(rank=rank)
+    if err.exists():
+        return err.read_text()
+    log = run_dir / "ranks" / f"rank{rank}.log"
+    tail = log.read_text()[-4000:] if log.exists() else ""
+    status = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return f"process {status}; last output:\n{tail}"
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """Terminate the workers still running; kill them if they ignore SIGTERM."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.time() + grace_s
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,195 @@
+"""Run directories: layout, atomic writes, merging per-rank outputs, and loading results.
+
+A run directory `<results>/<name>-<hash>/` holds
+
+    config.json    the validated Config (its hash names the directory)
+    env.json       versions, git commit, host, devices
+    metrics.csv    one row per logged step, ranks merged: counts summed over ranks, losses and
+                   accuracies averaged over ranks, wall_s the slowest rank's
+    summary.json   final evaluation and totals; written last, so its presence means "finished"
+    comm.csv       every collective of every rank (the ledger), for systems analysis
+    model.pt       the final model's state_dict (rank 0)
+    ranks/         per-rank raw outputs and logs
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from .comm.ledger import Ledger
+from .config import Config
+
+if TYPE_CHECKING:
+    import torch
+
+SUMMED = ("comm_bytes", "collectives", "global_reductions", "local_reductions")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename, so readers never see half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
+    write_text_atomic(path, df.to_csv(index=False))
+
+
+def environment_info() -> dict[str, Any]:
+    """What produced a result: versions, git commit, host and devices."""
+    from importlib.metadata import version
+
+    import torch
+
+    from .paths import repo_root
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=repo_root(Path(__file__).parent),
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    cuda = torch.cuda.is_available()
+    return {
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "torch": torch.__version__, "torchvision": version("torchvision"),
+        "numpy": version("numpy"), "pandas": version("pandas"),
+        "git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
+        "hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
+        "cuda_available": cuda,
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+    }
+
+
+def prepare_run_dir(run_dir: Path, config: Config) -> None:
+    """Fresh run directory for `config` (stale outputs of an unfinished earlier attempt removed)."""
+    for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt"):
+        (run_dir / stale).unlink(missing_ok=True)
+    ranks = run_dir / "ranks"
+    if ranks.exists():
+        for f in ranks.iterdir():
+            f.unlink()
+    ranks.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(run_dir / "env.json", environment_info())
+
+
+def is_finished(run_dir: Path, config: Config) -> bool:
+    """A run is finished when its summary exists and was made for the same config hash."""
+    summary = run_dir / "summary.json"
+    if not summary.is_file():
+        return False
+    return json.loads(summary.read_text()).get("config_hash") == config.hash()
+
+
+def write_rank_outputs(run_dir: Path, rank: int, rows: list[dict], final: dict,
+                       ledger: Ledger) -> None:
+    ranks = run_dir / "ranks"
+    write_csv_atomic(ranks / f"metrics_rank{rank}.csv", pd.DataFrame(rows))
+    write_json_atomic(ranks / f"final_rank{rank}.json", final)
+    ledger.write_csv(ranks / f"comm_rank{rank}.csv")
+
+
+def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
+    """The final model (rank 0's, identical on every rank after finalize for averaging methods)."""
+    import torch
+
+    tmp = run_dir / ".model.pt.tmp"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    os.replace(tmp, run_dir / "model.pt")
+
+
+def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
+    """Rank 0, after the final barrier: merge per-rank outputs into the run's files."""
+    ranks = run_dir / "ranks"
+    per_rank = [pd.read_csv(ranks / f"metrics_rank{r}.csv") for r in range(world_size)]
+    stacked = pd.concat(per_rank, keys=range(world_size), names=["rank", "row"])
+    grouped = stacked.groupby("step", sort=True)
+    merged = grouped.mean(numeric_only=True)
+    for col in SUMMED:
+        merged[col] = grouped[col].sum()
+    merged["wall_s"] = grouped["wall_s"].max()
+    for col in ("epoch", "samples", "lr"):
+        merged[col] = per_rank[0].set_index("step")[col]
+    merged = merged.reset_index()
+
+    finals = [json.loads((ranks / f"final_rank{r}.json").read_text()) for r in range(world_size)]
+    summary: dict[str, Any] = {k: sum(f[k] for f in finals) / world_size for k in finals[0]}
+    for col in SUMMED:
+        summary[col] = sum(f[col] for f in finals)
+    summary["train_s"] = max(f["train_s"] for f in finals)
+    summary.update({
+        "status": "finished", "config_hash": config.hash(), "algo": config.algo,
+        "params": config.params, "nproc": world_size, "steps": config.steps,
+        "step_time_s": summary["train_s"] / config.steps,
+        "throughput_samples_s": config.steps * config.batch_size * world_size / summary["train_s"],
+        "bytes_per_step": summary["comm_bytes"] / config.steps,
+        "max_rank_spread_final_train_loss": max(f["final_train_loss"] for f in finals)
+        - min(f["final_train_loss"] for f in finals),
+    })
+    comm = pd.concat([pd.read_csv(ranks / f"comm_rank{r}.csv").assign(rank=r)
+                      for r in range(world_size)], ignore_index=True)
+    write_csv_atomic(run_dir / "comm.csv", comm)
+    write_csv_atomic(run_dir / "metrics.csv", merged)
+    write_json_atomic(run_dir / "summary.json", summary)   # last: marks the run finished
+
+
+@dataclass
+class Result:
+    """A finished run, read back from its directory."""
+
+    path: Path
+    config: Config
+    summary: dict[str, Any]
+    metrics: pd.DataFrame
+
+    @classmethod
+    def load(cls, path: Path | str) -> "Result":
+        path = Path(path)
+        config = Config.from_dict(json.loads((path / "config.json").read_text()))
+        return cls(path, config, json.loads((path / "summary.json").read_text()),
+                   pd.read_csv(path / "metrics.csv"))
+
+    @property
+    def env(self) -> dict[str, Any]:
+        return json.loads((self.path / "env.json").read_text())
+
+    def comm(self) -> pd.DataFrame:
+        """Every collective of every rank (the ledger)."""
+        return pd.read_csv(self.path / "comm.csv")
+
+    @property
+    def label(self) -> str:
+        """A short human label: algo plus non-default parameters."""
+        extras = ",".join(f"{k}={v}" for k, v in self.config.params.items()
+                          if k in ("period", "ratio", "gamma"))
+        return self.config.name or (f"{self.config.algo}({extras})" if extras else self.config.algo)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Result({self.label}, steps={s['steps']}, final_train_loss={s['final_train_loss']:.4f}, "
+                f"final_test_acc={s['final_test_acc']:.4f}, comm_bytes={s['comm_bytes']:.3g}, "
+                f"train_s={s['train_s']:.1f}, path={self.path})")

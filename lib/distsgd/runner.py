@@ -1,0 +1,58 @@
+"""`distsgd.run`: validate a config, reuse a finished run or launch the workers, load the result."""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from .config import Config
+from .launch import launch, launcher_for
+from .paths import results_root
+from .results import Result, is_finished, prepare_run_dir
+
+
+def run_dir_of(config: Config) -> Path:
+    """Where the run of `config` lives: <out or results root>/<name or algo>-<hash>."""
+    return Path(config.out or results_root()) / config.run_name()
+
+
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the run directory, so that two notebooks asking for the same
+    run at once compute it once (the second waits, then reuses it)."""
+    with open(run_dir / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run(config: Config | None = None, *, force: bool = False, **fields: Any) -> Result:
+    """Train with `config` (or `Config(**fields)`; given both, `fields` override the config).
+
+    Bad fields raise ConfigError before any process starts. A finished run with the same
+    config hash is loaded instead of recomputed unless `force`. A failing worker raises
+    WorkerError naming its rank.
+    """
+    config = dataclasses.replace(config, **fields) if config is not None else Config(**fields)
+    env_launch = launcher_for(config) == "env"       # this process is one rank of torchrun/srun
+    if env_launch:                                   # the job, not --nproc, sets the world size
+        config = dataclasses.replace(config, nproc=int(os.environ.get("WORLD_SIZE", "1")))
+    config = config.validate()
+    run_dir = run_dir_of(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if env_launch:
+        if force or not is_finished(run_dir, config):
+            if os.environ.get("RANK") == "0":
+                prepare_run_dir(run_dir, config)
+            launch(config, run_dir)
+        return Result.load(run_dir)
+    with _locked(run_dir):
+        if force or not is_finished(run_dir, config):
+            prepare_run_dir(run_dir, config)
+            launch(config, run_dir)
+    return Result.load(run_dir)

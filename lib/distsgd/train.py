@@ -1,0 +1,237 @@
+"""The per-rank training loop: data shard, model, optimizer, algorithm hooks, metrics.
+
+Every rank runs `run_worker(run_dir)`. The loop is the one in distsgd.algorithms.base:
+before_forward -> forward/backward -> after_backward -> optimizer_step -> after_step, then
+`finalize()` and a final evaluation. Each rank writes its own metrics; after a barrier rank 0
+merges them into the run directory's metrics.csv and summary.json (distsgd.results).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from . import results
+from .algorithms import create
+from .comm import Comm, parse_net
+from .config import Config
+from .data import DataSource, load_data, partition
+from .models import build_model
+
+FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:kill]": that rank raises (or dies) at that step
+PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
+
+
+def resolve_device(config: Config, local_rank: int) -> torch.device:
+    """cuda:<local_rank> when asked for (or 'auto' and CUDA is present), else cpu."""
+    want_cuda = config.device == "cuda" or (config.device == "auto" and config.backend != "gloo"
+                                            and torch.cuda.is_available())
+    if want_cuda:
+        if not torch.cuda.is_available():
+            raise RuntimeError("device=cuda but torch.cuda.is_available() is False on this host")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def resolve_backend(config: Config, device: torch.device) -> str:
+    if config.backend != "auto":
+        return config.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def lr_at(config: Config, step: int) -> float:
+    """Learning rate at `step`: linear warm-up, then constant / cosine / step decay
+    (x0.1 at 50% and 75% of the steps, the usual CIFAR recipe)."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.schedule == "cosine":
+        span = max(1, config.steps - config.warmup_steps)
+        return 0.5 * config.lr * (1 + math.cos(math.pi * (step - config.warmup_steps) / span))
+    if config.schedule == "step":
+        return config.lr * 0.1 ** sum(step >= f * config.steps for f in (0.5, 0.75))
+    return config.lr
+
+
+def make_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay)
+
+
+def loss_fn(ds: DataSource, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if ds.task == "regression":
+        return F.mse_loss(out.reshape(-1), y.float())
+    return F.cross_entropy(out, y)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.device,
+             limit: int | None) -> tuple[float, float]:
+    """Mean loss and accuracy (NaN for regression) of `model` on a split."""
+    was_training = model.training
+    model.eval()
+    total, loss_sum, correct = 0, 0.0, 0
+    for x, y in ds.eval_batches(split, 512, device, limit):
+        out = model(x)
+        loss_sum += loss_fn(ds, out, y).item() * len(y)
+        if ds.task != "regression":
+            correct += (out.argmax(1) == y).sum().item()
+        total += len(y)
+    model.train(was_training)
+    acc = correct / total if ds.task != "regression" else float("nan")
+    return loss_sum / total, acc
+
+
+class _Progress:
+    """Rank 0's progress: a file the local launcher polls, or a tqdm bar under torchrun/srun."""
+
+    def __init__(self, run_dir: Path, total: int, enabled: bool) -> None:
+        self.file = run_dir / "ranks" / "progress" if os.environ.get(PROGRESS_ENV) == "file" else None
+        self.bar = None
+        self.last = 0.0
+        if enabled and self.file is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc="train", unit="step")
+
+    def update(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        elif self.file is not None and time.perf_counter() - self.last > 0.3:
+            results.write_text_atomic(self.file, f"{step} {loss}")
+            self.last = time.perf_counter()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Trainer:
+    """One rank's training run."""
+
+    def __init__(self, config: Config, comm: Comm, run_dir: Path) -> None:
+        self.config, self.comm, self.run_dir = config, comm, run_dir
+        self.device = comm.device
+        c = config
+        torch.manual_seed(c.seed)          # identical model initialisation on every rank
+        self.ds = load_data(c.data, seed=c.seed, **c.data_options)
+        shards = partition(self.ds.train_labels, comm.world_size, c.partition, c.seed)
+        self.shard = shards[comm.rank]
+        self.model = build_model(c.model, self.ds.input_shape, self.ds.num_classes,
+                                 **c.model_options).to(self.device)
+        self.optimizer = make_optimizer(self.model, c)
+        self.algo = create(c.algo, c.params)
+        self.net = self.algo.setup(self.model, self.optimizer, comm, c)
+        self.fault = _parse_fault(os.environ.get(FAULT_ENV, ""), comm.rank)
+
+    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        seed = self.config.seed * 10_007 + self.comm.rank
+        return self.ds.train_batches(self.shard, self.config.batch_size, seed, self.device)
+
+    def train(self) -> None:
+        c, comm = self.config, self.comm
+        rows: list[dict] = []
+        progress = _Progress(self.run_dir, c.steps, c.progress and comm.rank == 0)
+        batches = self.batches()
+        window = torch.zeros((), device=self.device)
+        window_n, eval_s = 0, 0.0
+        self.net.train()
+        t0 = time.perf_counter()
+        for step in range(c.steps):
+            if self.fault is not None and step == self.fault[0]:
+                _inject_fault(step, self.fault[1])
+            comm.step = step
+            lr = lr_at(c, step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            x, y = next(batches)
+            self.algo.before_forward(step)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(self.ds, self.net(x), y)
+            loss.backward()
+            self.algo.after_backward(step)
+            self.algo.optimizer_step(step)
+            self.algo.after_step(step)
+            window += loss.detach()
+            window_n += 1
+            done = step + 1
+            if done % c.log_every == 0 or done == c.steps:
+                row = {"step": done,
+                       "epoch": done * c.batch_size / len(self.shard),
+                       "samples": done * c.batch_size * comm.world_size,
+                       "wall_s": time.perf_counter() - t0 - eval_s,
+                       **comm.ledger.totals(),
+                       "train_loss": (window / window_n).item(),
+                       "test_loss": float("nan"), "test_acc": float("nan"),
+                       "lr": lr, **self.algo.metrics()}
+                if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
+                    te = time.perf_counter()
+                    row["test_loss"], row["test_acc"] = evaluate(
+                        self.model, self.ds, "test", self.device, c.eval_samples)
+                    eval_s += time.perf_counter() - te
+                rows.append(row)
+                progress.update(done, row["train_loss"])
+                window.zero_()
+                window_n = 0
+        self.algo.finalize()
+        comm.assert_drained()
+        train_s = time.perf_counter() - t0 - eval_s
+        progress.close()
+        final = self.final_metrics(train_s)
+        results.write_rank_outputs(self.run_dir, comm.rank, rows, final, comm.ledger)
+        comm.barrier()
+        if comm.rank == 0:
+            results.save_model(self.run_dir, self.model)
+            results.merge_ranks(self.run_dir, comm.world_size, c)
+        comm.barrier()                      # every rank may now read the merged result
+
+    def final_metrics(self, train_s: float) -> dict:
+        """Evaluation of the final model (after finalize) and totals of this rank."""
+        c = self.config
+        train_loss, train_acc = evaluate(self.model, self.ds, "train", self.device, c.eval_samples)
+        test_loss, test_acc = evaluate(self.model, self.ds, "test", self.device, c.eval_samples)
+        return {"final_train_loss": train_loss, "final_train_acc": train_acc,
+                "final_test_loss": test_loss, "final_test_acc": test_acc,
+                "train_s": train_s, **self.comm.ledger.totals()}
+
+
+def _parse_fault(spec: str, rank: int) -> tuple[int, str] | None:
+    """Fault injection for testing the failure path: DISTSGD_INJECT_FAULT=RANK:STEP[:kill]."""
+    if not spec:
+        return None
+    parts = spec.split(":")
+    if int(parts[0]) != rank:
+        return None
+    return int(parts[1]), parts[2] if len(parts) > 2 else "raise"
+
+
+def _inject_fault(step: int, how: str) -> None:
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected fault at step {step} ({FAULT_ENV})")
+
+
+def run_worker(run_dir: Path, config: Config | None = None) -> None:
+    """Entry point of one rank; the rank and world come from torchrun-style environment variables.
+    The config is read from the run directory unless given."""
+    if config is None:
+        config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(config, local_rank)
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    comm = Comm.from_env(resolve_backend(config, device), device, parse_net(config.net),
+                         config.timeout_s)
+    try:
+        Trainer(config, comm, run_dir).train()
+    finally:
+        comm.close()

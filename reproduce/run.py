@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""Reproduce the papers: execute every ``notebooks/NN_*.ipynb`` with papermill under a profile.
+
+A *profile* is ``reproduce/profiles/<profile>.yaml``::
+
+    defaults:            # parameters given to every notebook (optional)
+      seed: 0
+    notebooks:           # per-notebook overrides, NAME = notebook file stem
+      00_baselines: {steps: 15000, backend: nccl}
+
+A notebook's tagged ``parameters`` cell holds the quick-profile defaults; a profile only lists what
+it changes. Each parameter a profile passes must be defined in that notebook's ``parameters``
+cell, otherwise the notebook fails before it is executed (papermill would silently inject it).
+
+Outputs (``OUT`` defaults to ``reproduce/runs/<profile>``, ``reproduce/runs/<profile>-dry-run``
+with ``--dry-run``):
+
+* ``OUT/<NAME>.ipynb``   the executed notebook (saved after every cell, also when it fails);
+* ``OUT/summary.csv``    notebook, status, minutes, claims held / total, executed notebook;
+* figures and ``claims.csv`` are written by the notebooks to ``$DISTSGD_FIGURES/<NAME>/``.
+
+The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
+``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``.
+
+Exit status: 0 when every notebook ran, 1 when any notebook failed (or, with ``--list``, would
+fail parameter validation), 2 for a usage or configuration error.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import papermill
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+DEFAULT_PROFILES_DIR = REPO_ROOT / "reproduce" / "profiles"
+DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
+DEFAULT_FIGURES_DIR = REPO_ROOT / "figures"
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+PROFILE_KEYS = frozenset({"defaults", "notebooks"})
+SUMMARY_COLUMNS = ("notebook", "status", "minutes", "claims_held", "claims_total", "executed")
+TRUE_STRINGS = frozenset({"true", "1", "yes", "y"})
+
+_print_lock = threading.Lock()
+
+
+class ConfigError(Exception):
+    """A usage or configuration error: reported on stderr, exit status 2."""
+
+
+def say(*parts: object, file: Any = None) -> None:
+    """Print one line atomically (worker threads report concurrently) and flush it."""
+    with _print_lock:
+        print(*parts, file=file or sys.stdout, flush=True)
+
+
+# --------------------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed profile file."""
+
+    name: str
+    path: Path
+    defaults: dict[str, Any]
+    notebooks: dict[str, dict[str, Any]]
+
+
+@dataclass
+class Plan:
+    """What will be done to one notebook: the parameters it gets and why it cannot run, if so."""
+
+    name: str
+    path: Path
+    declared: dict[str, dict[str, Any]]  # papermill.inspect_notebook output
+    parameters: dict[str, Any]
+    sources: dict[str, str]  # parameter -> where its value comes from
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    """The outcome of one notebook."""
+
+    name: str
+    status: str  # "ok" or "FAILED: ..."
+    minutes: float | None = None
+    claims_held: int | None = None
+    claims_total: int | None = None
+    executed: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def claims(self) -> str:
+        if self.claims_total is None:
+            return "-"
+        return f"{self.claims_held}/{self.claims_total}"
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def discover_notebooks(notebooks_dir: Path) -> dict[str, Path]:
+    """The ``NN_*.ipynb`` notebooks of a directory, by stem, in sorted order."""
+    if not notebooks_dir.is_dir():
+        raise ConfigError(f"notebooks directory {notebooks_dir} does not exist")
+    return {p.stem: p for p in sorted(notebooks_dir.glob(NOTEBOOK_GLOB)) if p.is_file()}
+
+
+def available_profiles(profiles_dir: Path) -> list[str]:
+    """Profile names (file stems of ``*.yaml``) in a directory."""
+    return sorted(p.stem for p in profiles_dir.glob("*.yaml")) if profiles_dir.is_dir() else []
+
+
+def load_profile(name: str, profiles_dir: Path) -> Profile:
+    """Read and check ``<profiles_dir>/<name>.yaml``."""
+    path = profiles_dir / f"{name}.yaml"
+    if not path.is_file():
+        names = ", ".join(available_profiles(profiles_dir)) or "none"
+        raise ConfigError(f"unknown profile {name!r} (available in {profiles_dir}: {names})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"profile {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"profile {path}: expected a mapping with keys defaults, notebooks")
+    unknown = set(map(str, data)) - PROFILE_KEYS
+    if unknown:
+        raise ConfigError(
+            f"profile {path}: unknown top-level key(s) {', '.join(sorted(unknown))} "
+            f"(allowed: {', '.join(sorted(PROFILE_KEYS))})"
+        )
+    defaults = _mapping(data.get("defaults"), f"profile {path}: 'defaults'")
+    notebooks_raw = _mapping(data.get("notebooks"), f"profile {path}: 'notebooks'")
+    notebooks = {
+        str(nb): _mapping(params, f"profile {path}: notebooks.{nb}")
+        for nb, params in notebooks_raw.items()
+    }
+    return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks)
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a dict with string keys; ``None`` (an empty YAML entry) is ``{}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a mapping, got {type(value).__name__}")
+    return {str(k): v for k, v in value.items()}
+
+
+def select(notebooks: Mapping[str, Path], only: Sequence[str]) -> list[str]:
+    """Names chosen by ``--only`` (stems or ``NN`` prefixes), in notebook order; all if empty."""
+    if not only:
+        return list(notebooks)
+    wanted: set[str] = set()
+    for item in only:
+        matches = [n for n in notebooks if item in (n, n.split("_", 1)[0])]
+        if not matches:
+            names = ", ".join(notebooks) or "none"
+            raise ConfigError(f"unknown notebook {item!r} (available: {names})")
+        wanted.update(matches)
+    return [n for n in notebooks if n in wanted]
+
+
+def split_names(values: Sequence[str] | None) -> list[str]:
+    """``--only`` values, which may also be comma or space separated."""
+    return [part for v in values or () for part in v.replace(",", " ").split()]
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool) -> Plan:
+    """Merge the profile's parameters for one notebook and check them against its parameters cell."""
+    try:
+        declared = papermill.inspect_notebook(str(path))
+    except Exception as exc:  # an unreadable notebook fails just this notebook
+        return Plan(name, path, {}, {}, {}, [f"cannot read {path.name}: {_first_line(exc)}"])
+
+    parameters: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, value in profile.defaults.items():
+        parameters[key], sources[key] = value, f"profile {profile.name}: defaults"
+    for key, value in profile.notebooks.get(name, {}).items():
+        parameters[key], sources[key] = value, f"profile {profile.name}: notebooks.{name}"
+    if dry_run:
+        parameters["dry_run"], sources["dry_run"] = True, "--dry-run"
+
+    problems = []
+    defined = ", ".join(declared) or "none"
+    for key in parameters:
+        if key not in declared:
+            problems.append(
+                f"parameter {key!r} (from {sources[key]}) is not defined in the parameters "
+                f"cell of {path.name} (defined: {defined})"
+            )
+    return Plan(name, path, declared, parameters, sources, problems)
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def read_claims(claims_csv: Path, before_ns: int | None) -> tuple[int, int] | None:
+    """(held, total) from a ``claims.csv`` written during this execution, else ``None``.
+
+    The file counts only if it exists and its mtime differs from ``before_ns`` (its mtime
+    before the notebook started, ``None`` if it did not exist then), so a table left over from
+    an earlier run is never reported as this run's.
+    """
+    try:
+        mtime_ns = claims_csv.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    if before_ns is not None and mtime_ns == before_ns:
+        return None
+    try:
+        with claims_csv.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, csv.Error):
+        return None
+    held = sum(str(row.get("holds", "")).strip().lower() in TRUE_STRINGS for row in rows)
+    return held, len(rows)
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    """A one-line description of an exception (papermill errors: ``ename: evalue``)."""
+    if isinstance(exc, papermill.PapermillExecutionError):
+        text = f"{exc.ename}: {exc.evalue}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def execute(
+    plan: Plan,
+    out_dir: Path,
+    figures_dir: Path,
+    kernel: str,
+    log_output: bool,
+) -> Result:
+    """Run one notebook with papermill and collect its claims; never raises."""
+    output = out_dir / f"{plan.name}.ipynb"
+    claims_csv = figures_dir / plan.name / "claims.csv"
+    before = _mtime_ns(claims_csv)
+    start = time.monotonic()
+    status = "ok"
+    try:
+        papermill.execute_notebook(
+            str(plan.path),
+            str(output),
+            parameters=plan.parameters,
+            kernel_name=kernel,
+            cwd=str(plan.path.parent),
+            progress_bar=False,
+            log_output=log_output,
+        )
+    except Exception as exc:  # report every failure in the summary, keep going
+        status = f"FAILED: {_first_line(exc)}"
+    minutes = (time.monotonic() - start) / 60
+    claims = read_claims(claims_csv, before)
+    return Result(
+        name=plan.name,
+        status=status,
+        minutes=minutes,
+        claims_held=claims[0] if claims else None,
+        claims_total=claims[1] if claims else None,
+        executed=output if output.exists() else None,
+    )
+
+
+def run_all(
+    plans: Sequence[Plan],
+    out_dir: Path,
+    figures_dir: Path,
+    jobs: int,
+    kernel: str,
+    log_output: bool,
+) -> list[Result]:
+    """Execute the runnable plans, ``jobs`` at a time; results in notebook order."""
+    results: dict[str, Result] = {}
+    runnable = []
+    for plan in plans:
+        if plan.problems:
+            results[plan.name] = Result(plan.name, f"FAILED: {plan.problems[0]}")
+            for problem in plan.problems:
+                say(f"{plan.name}: not executed: {problem}", file=sys.stderr)
+        else:
+            runnable.append(plan)
+
+    total, done = len(runnable), 0
+    if runnable:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        say(f"executing {total} notebook(s), {jobs} at a time, into {out_dir}")
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="papermill") as pool:
+        futures = [
+            pool.submit(execute, plan, out_dir, figures_dir, kernel, log_output)
+            for plan in runnable
+        ]
+        for plan in runnable[:jobs]:
+            say(f"  started {plan.name}")
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                results[result.name] = result
+                done += 1
+                say(
+                    f"[{done}/{total}] {result.name}: {result.status}  "
+                    f"{result.minutes or 0:.1f} min  claims {result.claims}"
+                )
+                if done + jobs - 1 < total:
+                    say(f"  started {runnable[done + jobs - 1].name}")
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [results[plan.name] for plan in plans]
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+    )
+
+
+def summary_table(results: Sequence[Result], max_status: int = 90) -> str:
+    """The end-of-run table: notebook, status, minutes, claims."""
+    rows = [("notebook", "status", "minutes", "claims")]
+    for r in results:
+        status = r.status if len(r.status) <= max_status else r.status[: max_status - 3] + "..."
+        minutes = "-" if r.minutes is None else f"{r.minutes:.1f}"
+        rows.append((r.name, status, minutes, r.claims))
+    return format_table(rows)
+
+
+def write_summary(results: Sequence[Result], path: Path) -> None:
+    """``summary.csv``: one row per notebook (claims empty when the notebook wrote none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(SUMMARY_COLUMNS)
+        for r in results:
+            writer.writerow(
+                (
+                    r.name,
+                    r.status,
+                    "" if r.minutes is None else f"{r.minutes:.2f}",
+                    "" if r.claims_held is None else r.claims_held,
+                    "" if r.claims_total is None else r.claims_total,
+                    "" if r.executed is None else r.executed,
+                )
+            )
+    tmp.replace(path)
+
+
+def list_plans(profile: Profile, plans: Sequence[Plan]) -> None:
+    """``--list``: each notebook's parameters, marking the values the profile sets."""
+    say(f"profile {profile.name} ({profile.path})")
+    for plan in plans:
+        say(f"\n{plan.name}  ({plan.path})")
+        names = list(plan.declared) + [k for k in plan.parameters if k not in plan.declared]
+        rows = []
+        for key in names:
+            if key in plan.parameters:
+                rows.append((f"  {key}", f"= {plan.parameters[key]!r}", f"[{plan.sources[key]}]"))
+            else:
+                rows.append((f"  {key}", f"= {plan.declared[key]['default']}", "[notebook]"))
+        if rows:
+            say(format_table(rows))
+        else:
+            say("  (no parameters cell)")
+        for problem in plan.problems:
+            say(f"  ERROR: {problem}")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reproduce/run.py",
+        description=(
+            "Execute the reproduction notebooks (notebooks/NN_*.ipynb) with papermill under a "
+            "profile, collect each notebook's claims table and print a summary.\n\n"
+            "Profiles (reproduce/profiles/<name>.yaml, keys 'defaults' and 'notebooks'):\n"
+            "  quick  the defaults of each notebook's parameters cell: CPU, minutes per notebook\n"
+            "  full   the papers' scale: GPUs (NCCL), CIFAR-10/ImageNet, hours per notebook\n"
+            "A profile parameter that a notebook's parameters cell does not define fails that\n"
+            "notebook before it runs.\n\n"
+            "Outputs: OUT/<NAME>.ipynb (executed notebooks), OUT/summary.csv, and the notebooks'\n"
+            "figures and claims.csv under FIGURES/<NAME>/. The kernels see DISTSGD_PROFILE and\n"
+            "DISTSGD_FIGURES."
+        ),
+        epilog=(
+            "examples:\n"
+            "  python reproduce/run.py                         # every notebook, quick profile\n"
+            "  python reproduce/run.py --list --profile full   # what full would pass, run nothing\n"
+            "  python reproduce/run.py --only 00 --dry-run     # smoke test: tiny steps, stand-in data\n"
+            "  python reproduce/run.py --profile full --only 00_baselines --jobs 1\n"
+            "  sbatch reproduce/slurm/papermill.sbatch         # full profile on a SLURM GPU node\n\n"
+            "exit status: 0 all notebooks ran, 1 a notebook failed, 2 usage/configuration error"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--profile", default="quick", metavar="NAME",
+        help="profile to run: quick (default) or full, or any <NAME>.yaml in the profiles dir",
+    )
+    parser.add_argument(
+        "--only", action="extend", nargs="+", metavar="NAME",
+        help="run only these notebooks: file stems (00_baselines) or NN prefixes (00); "
+        "repeatable, also accepts comma separated lists",
+    )
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=1, metavar="N",
+        help="execute up to N notebooks at once (each in its own kernel); default 1",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="pass dry_run=True (tiny steps, stand-in data) to every notebook; a notebook "
+        "without a dry_run parameter fails. Default OUT becomes reproduce/runs/<profile>-dry-run "
+        "and default FIGURES OUT/figures, so real results are not overwritten",
+    )
+    parser.add_argument(
+        "--list", action="store_true",
+        help="print the notebooks and the parameters each gets under the profile; run nothing",
+    )
+    parser.add_argument(
+        "--notebooks-dir", type=Path, default=DEFAULT_NOTEBOOKS_DIR, metavar="DIR",
+        help=f"where the NN_*.ipynb notebooks are (default {DEFAULT_NOTEBOOKS_DIR})",
+    )
+    parser.add_argument(
+        "--profiles-dir", type=Path, default=DEFAULT_PROFILES_DIR, metavar="DIR",
+        help=f"where the profile YAML files are (default {DEFAULT_PROFILES_DIR})",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="where executed notebooks and summary.csv go (OUT; default "
+        "reproduce/runs/<profile>)",
+    )
+    parser.add_argument(
+        "--figures-dir", type=Path, default=None, metavar="DIR",
+        help="figures root (FIGURES) given to the kernels as DISTSGD_FIGURES; claims are read "
+        "from FIGURES/<NAME>/claims.csv (default: $DISTSGD_FIGURES, else <repo>/figures)",
+    )
+    parser.add_argument(
+        "--kernel", default="python3", metavar="NAME",
+        help="Jupyter kernel to execute with (default python3)",
+    )
+    parser.add_argument(
+        "--log-output", action="store_true",
+        help="stream the notebooks' cell outputs to this terminal/log",
+    )
+    return parser
+
+
+def resolve_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(OUT, FIGURES) as absolute paths, following the --dry-run defaults."""
+    suffix = "-dry-run" if args.dry_run else ""
+    out = (args.out or DEFAULT_RUNS_DIR / f"{args.profile}{suffix}").resolve()
+    if args.figures_dir is not None:
+        figures = args.figures_dir
+    elif os.environ.get("DISTSGD_FIGURES"):
+        figures = Path(os.environ["DISTSGD_FIGURES"])
+    elif args.dry_run:
+        figures = out / "figures"
+    else:
+        figures = DEFAULT_FIGURES_DIR
+    return out, figures.resolve()
+
+
+def kernel_environment(profile: str, figures_dir: Path) -> None:
+    """Set what the kernels (started by papermill from this process) inherit."""
+    os.environ["DISTSGD_PROFILE"] = profile
+    os.environ["DISTSGD_FIGURES"] = str(figures_dir)
+    lib = str(REPO_ROOT / "lib")
+    path = os.environ.get("PYTHONPATH", "")
+    if lib not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (lib, path) if p)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    if args.log_output:
+        logging.getLogger("papermill").setLevel(logging.INFO)
+
+    try:
+        profile = load_profile(args.profile, args.profiles_dir)
+        notebooks = discover_notebooks(args.notebooks_dir.resolve())
+        missing = sorted(set(profile.notebooks) - set(notebooks))
+        if missing:
+            raise ConfigError(
+                f"profile {profile.path} has entries for notebooks that do not exist in "
+                f"{args.notebooks_dir}: {', '.join(missing)} "
+                f"(available: {', '.join(notebooks) or 'none'})"
+            )
+        names = select(notebooks, split_names(args.only))
+        if not names:
+            raise ConfigError(f"no notebooks matching {NOTEBOOK_GLOB} in {args.notebooks_dir}")
+    except ConfigError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    plans = [plan_notebook(n, notebooks[n], profile, args.dry_run) for n in names]
+    if args.list:
+        list_plans(profile, plans)
+        return 1 if any(p.problems for p in plans) else 0
+
+    out_dir, figures_dir = resolve_dirs(args)
+    kernel_environment(profile.name, figures_dir)
+    say(f"profile {profile.name}{' (dry run)' if args.dry_run else ''}: {', '.join(names)}")
+    results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output)
+
+    summary_csv = out_dir / "summary.csv"
+    write_summary(results, summary_csv)
+    say("")
+    say(summary_table(results))
+    failed = [r.name for r in results if not r.ok]
+    say(f"\nsummary: {summary_csv}")
+    if failed:
+        say(f"{len(failed)} of {len(results)} notebook(s) failed: {', '.join(failed)}")
+        return 1
+    say(f"all {len(results)} notebook(s) ran")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

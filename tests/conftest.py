@@ -1,0 +1,20 @@
+"""Shared fixtures: results go to a temporary directory; multi-process helpers."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_results(tmp_path, monkeypatch):
+    """Every test writes runs and figures under its own temporary directory."""
+    monkeypatch.setenv("DISTSGD_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("DISTSGD_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    yield
+
+
+def pytest_configure(config):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")

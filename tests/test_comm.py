@@ -1,0 +1,144 @@
+"""The communication layer: byte ledger formulas, network emulation timing, collectives' results."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from distsgd.comm import NetModel, bytes_sent, parse_net
+from distsgd.errors import ConfigError
+from gloo import run_ranks
+
+
+# ---------------------------------------------------------------- network model (no processes)
+def test_parse_net_units_and_presets():
+    m = parse_net("bandwidth=1Gbit,latency=50us")
+    assert m.bandwidth_Bps == pytest.approx(125e6) and m.latency_s == pytest.approx(50e-6)
+    assert parse_net("bandwidth=100MB,latency=2ms") == NetModel(100e6, 2e-3)
+    ten = parse_net("10GbE")
+    assert (ten.bandwidth_Bps, ten.latency_s) == pytest.approx((10e9 / 8, 20e-6))
+    assert parse_net("") is None
+
+
+@pytest.mark.parametrize("bad", ["bandwidth=fast", "latency=1ms", "bandwidth=1Gbit,lat=1us",
+                                 "bandwidth=1Gbit,latency=5parsecs", "bandwidth=0Gbit", "nonsense"])
+def test_malformed_net_names_the_field(bad):
+    with pytest.raises(ConfigError, match=r"net=.*allowed"):
+        parse_net(bad)
+
+
+def test_cost_formulas():
+    m = NetModel(bandwidth_Bps=1e6, latency_s=1e-3)
+    n, p = 4_000_000, 4
+    assert m.cost("all_reduce", n, p) == pytest.approx(2 * 3 * 1e-3 + 2 * 3 / 4 * n / 1e6)
+    assert m.cost("reduce_scatter", n, p) == pytest.approx(3 * 1e-3 + 3 / 4 * n / 1e6)
+    assert m.cost("broadcast", n, p) == pytest.approx(2 * (1e-3 + n / 1e6))
+    assert m.cost("all_reduce", n, 1) == 0.0
+    assert bytes_sent("all_reduce", n, 1) == 0
+
+
+# ---------------------------------------------------------------- real collectives over gloo
+def _collectives(rank, world):
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
+    n = 1000
+    x = torch.full((n,), float(rank + 1))
+    comm.all_reduce(x, op="avg")
+    shard = torch.empty(n // world)
+    comm.reduce_scatter(shard, torch.arange(n, dtype=torch.float32) * (rank + 1))
+    gathered = torch.empty(world * 3)
+    comm.all_gather(gathered, torch.full((3,), float(rank)))
+    b = torch.full((5,), float(rank))
+    comm.broadcast(b, src=world - 1)
+    sub = comm.split_groups([[0, 1], [2, 3]])
+    y = torch.ones(10)
+    comm.all_reduce(y, group=sub)
+    out = dict(avg=x[0].item(), shard=shard.tolist(), gathered=gathered.tolist(), bcast=b.tolist(),
+               sub=y[0].item(), totals=comm.ledger.totals(),
+               sent=[(e.kind, e.scope, e.sent) for e in comm.ledger.entries])
+    comm.close()
+    return out
+
+
+@pytest.mark.multiproc
+def test_collectives_results_and_ledger_bytes():
+    world, n = 4, 1000
+    outs = run_ranks(_collectives, world)
+    coeff = sum(range(1, world + 1))
+    for rank, o in enumerate(outs):
+        assert o["avg"] == pytest.approx(2.5)
+        lo = rank * n // world
+        assert o["shard"] == pytest.approx([coeff * i for i in range(lo, lo + n // world)])
+        assert o["gathered"] == [float(r) for r in range(world) for _ in range(3)]
+        assert o["bcast"] == [float(world - 1)] * 5
+        assert o["sub"] == 2.0
+        nbytes = 4 * n
+        assert o["sent"] == [
+            ("all_reduce", "global", round(2 * (world - 1) / world * nbytes)),
+            ("reduce_scatter", "global", round((world - 1) / world * nbytes)),
+            ("all_gather", "global", round((world - 1) / world * 4 * 3 * world)),
+            ("broadcast", "global", round((world - 1) / world * 4 * 5)),
+            ("all_reduce", "local", round(1 / 2 * 4 * 10 * 2)),
+        ]
+        assert o["totals"]["global_reductions"] == 2 and o["totals"]["local_reductions"] == 1
+        assert o["totals"]["collectives"] == 5
+
+
+def _timed_allreduce(rank, world, numel, spec):
+    from distsgd.comm import Comm, parse_net
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), parse_net(spec), timeout_s=60)
+    x = torch.ones(numel)
+    comm.barrier()
+    t0 = time.perf_counter()
+    comm.all_reduce(x)
+    sync_s = time.perf_counter() - t0
+    # async: the modeled transfer overlaps with computation done before wait()
+    comm.barrier()
+    t0 = time.perf_counter()
+    h = comm.all_reduce(x, async_op=True)
+    time.sleep(0.6 * comm.ledger.entries[-1].modeled_s)      # stands for computation
+    h.wait()
+    async_s = time.perf_counter() - t0
+    modeled = comm.ledger.entries[-1].modeled_s
+    ok = x[0].item() == world * world
+    comm.close()
+    return sync_s, async_s, modeled, ok
+
+
+@pytest.mark.multiproc
+def test_emulated_allreduce_takes_modeled_time_and_overlaps():
+    world, numel = 4, 1_000_000                      # 4 MB
+    outs = run_ranks(_timed_allreduce, world, numel, "bandwidth=100Mbit,latency=100us")
+    expected = NetModel(100e6 / 8, 100e-6).cost("all_reduce", 4 * numel, world)   # ~0.48 s
+    for sync_s, async_s, modeled, ok in outs:
+        assert ok, "the real data must still be reduced"
+        assert modeled == pytest.approx(expected)
+        assert expected <= sync_s <= 1.3 * expected
+        # overlap: computing for 0.6x the transfer time while it is in flight costs nothing extra
+        assert expected <= async_s <= 1.3 * expected
+
+
+def _leak(rank, world):
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
+    h = comm.all_reduce(torch.ones(4), async_op=True)
+    pending = comm.pending()
+    try:
+        comm.assert_drained()
+        raised = False
+    except RuntimeError:
+        raised = True
+    h.wait()
+    comm.assert_drained()
+    comm.close()
+    return pending, raised
+
+
+@pytest.mark.multiproc
+def test_unwaited_handle_is_detected():
+    for pending, raised in run_ranks(_leak, 2):
+        assert pending == 1 and raised

@@ -1,0 +1,252 @@
+"""End-to-end tests of reproduce/run.py on tiny stand-in notebooks (no distsgd library needed).
+
+Every test runs the driver as a subprocess, the way users and SLURM do. Only four notebook
+executions start a kernel (~2-3 s each); the other tests stop before executing anything.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+RUN_PY = Path(__file__).resolve().parent.parent / "reproduce" / "run.py"
+
+PARAMETERS = "x = 1\ndry_run = False"
+
+# Writes $DISTSGD_FIGURES/<name>/claims.csv, the file the library's claims table writes.
+CLAIMS_CELL = textwrap.dedent(
+    """\
+    import csv, os
+    from pathlib import Path
+    out = Path(os.environ["DISTSGD_FIGURES"]) / NAME
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [
+        ("x is positive", "> 0", x, x > 0),
+        ("x equals 2", 2, x, x == 2),
+        ("dry run", True, dry_run, dry_run),
+    ]
+    with open(out / "claims.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["claim", "paper", "measured", "holds"])
+        w.writerows(rows)
+    seen = {"profile": os.environ.get("DISTSGD_PROFILE"), "cwd": os.getcwd()}
+    print(seen)
+    """
+)
+
+
+def make_notebook(path: Path, parameters: str | None, *cells: str) -> None:
+    """A notebook with an optional tagged parameters cell followed by code cells."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if parameters is not None:
+        nb.cells.append(nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}))
+    nb.cells.extend(nbformat.v4.new_code_cell(src) for src in cells)
+    nbformat.write(nb, path)
+
+
+@dataclass
+class Project:
+    """A throw-away notebooks/profiles/figures/out layout."""
+
+    root: Path
+
+    @property
+    def notebooks(self) -> Path:
+        return self.root / "notebooks"
+
+    @property
+    def profiles(self) -> Path:
+        return self.root / "profiles"
+
+    @property
+    def figures(self) -> Path:
+        return self.root / "figures"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    def profile(self, name: str, data: dict) -> None:
+        (self.profiles / f"{name}.yaml").write_text(yaml.safe_dump(data))
+
+    def run(self, *args: str, profile: str = "test") -> subprocess.CompletedProcess[str]:
+        cmd = [
+            sys.executable, str(RUN_PY), "--profile", profile,
+            "--notebooks-dir", str(self.notebooks), "--profiles-dir", str(self.profiles),
+            "--figures-dir", str(self.figures), "--out", str(self.out), *args,
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "DISTSGD_FIGURES"}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+    def summary(self) -> dict[str, dict[str, str]]:
+        with (self.out / "summary.csv").open(newline="") as fh:
+            return {row["notebook"]: row for row in csv.DictReader(fh)}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """00_alpha writes claims; 01_beta asserts x < 10 and writes none; 02_gamma has no dry_run."""
+    p = Project(tmp_path)
+    for d in (p.notebooks, p.profiles, p.figures):
+        d.mkdir()
+    make_notebook(p.notebooks / "00_alpha.ipynb", PARAMETERS, 'NAME = "00_alpha"\n' + CLAIMS_CELL)
+    make_notebook(p.notebooks / "01_beta.ipynb", PARAMETERS, 'assert x < 10, f"x too large: {x}"')
+    make_notebook(p.notebooks / "02_gamma.ipynb", "x = 1", "y = x + 1")
+    (p.notebooks / "README.md").write_text("not a notebook")
+    p.profile("test", {"defaults": {}, "notebooks": {"00_alpha": {"x": 2}}})
+    return p
+
+
+def injected_parameters(executed: Path) -> str:
+    nb = nbformat.read(executed, as_version=4)
+    cells = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    return cells[0].source if cells else ""
+
+
+def test_runs_notebooks_and_summarises_claims(project: Project) -> None:
+    # A claims table left by an earlier run of 01_beta (which writes none) must not be counted.
+    stale = project.figures / "01_beta" / "claims.csv"
+    stale.parent.mkdir()
+    stale.write_text("claim,paper,measured,holds\nold,1,1,True\n")
+
+    proc = project.run("--only", "00", "--only", "01_beta", "--jobs", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    for name in ("00_alpha", "01_beta"):
+        assert (project.out / f"{name}.ipynb").is_file()
+    assert not (project.out / "02_gamma.ipynb").exists()  # filtered out by --only
+    assert "x = 2" in injected_parameters(project.out / "00_alpha.ipynb")
+    assert "x" not in injected_parameters(project.out / "01_beta.ipynb")
+
+    executed = nbformat.read(project.out / "00_alpha.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert "'profile': 'test'" in printed
+    assert str(project.notebooks) in printed  # kernel cwd is the notebooks directory
+
+    summary = project.summary()
+    assert list(summary) == ["00_alpha", "01_beta"]
+    alpha, beta = summary["00_alpha"], summary["01_beta"]
+    assert (alpha["status"], alpha["claims_held"], alpha["claims_total"]) == ("ok", "2", "3")
+    assert (beta["status"], beta["claims_held"], beta["claims_total"]) == ("ok", "", "")
+    table = proc.stdout[proc.stdout.index("notebook  "):]
+    assert "2/3" in table and "FAILED" not in table
+
+
+def test_failing_notebook_sets_exit_status(project: Project) -> None:
+    project.profile("bad", {"notebooks": {"01_beta": {"x": 50}}})
+    proc = project.run("--only", "01", profile="bad")
+    assert proc.returncode == 1
+    assert "FAILED: AssertionError: x too large: 50" in proc.stdout
+    assert project.summary()["01_beta"]["status"].startswith("FAILED: AssertionError")
+    assert (project.out / "01_beta.ipynb").is_file()  # the executed notebook shows the error
+
+
+def test_dry_run_reaches_notebook(project: Project) -> None:
+    proc = project.run("--only", "00_alpha", "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dry_run = True" in injected_parameters(project.out / "00_alpha.ipynb")
+    assert project.summary()["00_alpha"]["claims_held"] == "3"
+
+
+def test_dry_run_without_parameter_fails_before_executing(project: Project) -> None:
+    proc = project.run("--only", "02", "--dry-run")
+    assert proc.returncode == 1
+    assert "'dry_run'" in proc.stderr and "02_gamma" in proc.stderr
+    assert "FAILED" in proc.stdout
+    assert not (project.out / "02_gamma.ipynb").exists()
+
+
+def test_unknown_profile_parameter_fails_before_executing(project: Project) -> None:
+    project.profile("typo", {"defaults": {"x": 3}, "notebooks": {"00_alpha": {"stpes": 5}}})
+    proc = project.run("--only", "00", profile="typo")
+    assert proc.returncode == 1
+    message = proc.stderr + proc.stdout
+    assert "'stpes'" in message and "00_alpha" in message and "notebooks.00_alpha" in message
+    assert not (project.out / "00_alpha.ipynb").exists()
+    assert not (project.figures / "00_alpha").exists()
+    assert project.summary()["00_alpha"]["status"].startswith("FAILED: parameter 'stpes'")
+
+
+def test_list_runs_nothing(project: Project) -> None:
+    proc = project.run("--list")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("00_alpha", "01_beta", "02_gamma"):
+        assert name in proc.stdout
+    assert "= 2" in proc.stdout and "profile test: notebooks.00_alpha" in proc.stdout
+    assert "README" not in proc.stdout
+    assert not project.out.exists()
+    assert not any(project.figures.iterdir())
+
+    proc = project.run("--list", "--only", "00", "02_gamma,01")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(name in proc.stdout for name in ("00_alpha", "01_beta", "02_gamma"))
+    proc = project.run("--list", "--only", "00", "02_gamma")
+    assert "00_alpha" in proc.stdout and "02_gamma" in proc.stdout
+    assert "01_beta" not in proc.stdout
+
+
+def test_list_reports_invalid_parameters(project: Project) -> None:
+    project.profile("typo", {"notebooks": {"01_beta": {"y": 1}}})
+    proc = project.run("--list", profile="typo")
+    assert proc.returncode == 1
+    assert "ERROR" in proc.stdout and "'y'" in proc.stdout
+    assert not project.out.exists()
+
+
+def test_unknown_only_name_lists_available(project: Project) -> None:
+    proc = project.run("--only", "07_nothing")
+    assert proc.returncode == 2
+    assert "07_nothing" in proc.stderr
+    assert all(n in proc.stderr for n in ("00_alpha", "01_beta", "02_gamma"))
+    assert not project.out.exists()
+
+
+def test_unknown_profile_lists_available(project: Project) -> None:
+    project.profile("other", {})
+    proc = project.run(profile="nope")
+    assert proc.returncode == 2
+    assert "'nope'" in proc.stderr and "other" in proc.stderr and "test" in proc.stderr
+
+
+def test_profile_entry_for_missing_notebook(project: Project) -> None:
+    project.profile("stale", {"notebooks": {"05_removed": {"x": 1}}})
+    proc = project.run("--list", profile="stale")
+    assert proc.returncode == 2
+    assert "05_removed" in proc.stderr
+
+
+def test_malformed_profile(project: Project) -> None:
+    (project.profiles / "broken.yaml").write_text("notebooks: [00_alpha]\n")
+    proc = project.run("--list", profile="broken")
+    assert proc.returncode == 2
+    assert "mapping" in proc.stderr
+
+
+def test_shipped_profiles_are_well_formed() -> None:
+    """quick/full parse and follow the profile schema (notebook parameters are checked by run.py)."""
+    profiles = RUN_PY.parent / "profiles"
+    for name in ("quick", "full"):
+        data = yaml.safe_load((profiles / f"{name}.yaml").read_text())
+        assert set(data) <= {"defaults", "notebooks"}
+        assert all(isinstance(v, dict) for v in data["notebooks"].values())
+    full = yaml.safe_load((profiles / "full.yaml").read_text())["notebooks"]["00_baselines"]
+    allowed = {"nproc", "steps", "batch_size", "lr", "model", "data", "seed", "net", "periods",
+               "backend", "dry_run"}
+    assert set(full) <= allowed
+
+
+def test_help_describes_profiles() -> None:
+    proc = subprocess.run([sys.executable, str(RUN_PY), "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0
+    for word in ("quick", "full", "--dry-run", "summary.csv", "examples"):
+        assert word in proc.stdout

@@ -1,0 +1,125 @@
+"""End-to-end training runs over gloo: equivalences between algorithms, failure handling,
+bad configurations, reuse of finished runs, the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import distsgd
+from distsgd import ConfigError, WorkerError
+
+SMALL = dict(model="mlp", data="digits", nproc=2, steps=20, batch_size=16, lr=0.1, log_every=5,
+             eval_every=0, progress=False)
+
+
+def _params(result) -> dict[str, torch.Tensor]:
+    return torch.load(result.path / "model.pt")
+
+
+def _assert_same_model(a, b, atol=1e-6):
+    pa, pb = _params(a), _params(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        torch.testing.assert_close(pa[k], pb[k], atol=atol, rtol=1e-5, msg=f"parameter {k}")
+
+
+@pytest.mark.multiproc
+def test_ssgd_ddp_and_local_sgd_period1_give_the_same_model():
+    """Same seed and data: S-SGD (ours), PyTorch DDP, and local SGD with period 1 (momentum SGD)
+    end at the same parameters after 20 steps; a different seed does not."""
+    cfg = dict(SMALL, nproc=3, momentum=0.9, weight_decay=1e-4)
+    ssgd = distsgd.run(algo="ssgd", params={"bucket_mb": 0.05}, **cfg)   # several buckets
+    ddp = distsgd.run(algo="ddp", **cfg)
+    local1 = distsgd.run(algo="local_sgd", params={"period": 1}, **cfg)
+    _assert_same_model(ssgd, ddp)
+    _assert_same_model(ssgd, local1)
+    other = distsgd.run(algo="ssgd", params={"bucket_mb": 0.05}, **dict(cfg, seed=1))
+    with pytest.raises(AssertionError):
+        _assert_same_model(ssgd, other)
+    # one all-reduce of the whole gradient per step: bytes = steps * ranks * 2(p-1)/p * 4 * d
+    d = sum(p.numel() for p in _params(ssgd).values())
+    expected = cfg["steps"] * 3 * round(2 * 2 / 3 * 4 * d)
+    assert ssgd.summary["comm_bytes"] == pytest.approx(expected, rel=1e-3)
+    assert ddp.summary["comm_bytes"] == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.multiproc
+def test_local_sgd_sends_period_times_fewer_bytes_and_ranks_agree():
+    r1 = distsgd.run(algo="local_sgd", params={"period": 1}, **SMALL)
+    r4 = distsgd.run(algo="local_sgd", params={"period": 4}, **SMALL)
+    assert r1.summary["comm_bytes"] == pytest.approx(4 * r4.summary["comm_bytes"])
+    assert r4.summary["global_reductions"] == 2 * (20 // 4)          # 2 ranks x 5 averagings
+    assert r4.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
+    m = r4.metrics
+    assert list(m.columns[:10]) == ["step", "epoch", "samples", "wall_s", "comm_bytes", "collectives",
+                                    "global_reductions", "local_reductions", "comm_wait_s", "train_loss"]
+    assert m["step"].tolist() == [5, 10, 15, 20]
+    assert m["comm_bytes"].is_monotonic_increasing
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_failing_worker_fails_the_run_fast_naming_its_rank(monkeypatch, how):
+    monkeypatch.setenv("DISTSGD_INJECT_FAULT", f"1:5:{how}")
+    t0 = time.perf_counter()
+    with pytest.raises(WorkerError) as info:
+        distsgd.run(algo="ssgd", **dict(SMALL, nproc=3, steps=200, timeout_s=600))
+    assert time.perf_counter() - t0 < 60
+    assert info.value.rank == 1
+    expected = "injected fault at step 5" if how == "raise" else "killed by signal 9"
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("fields, field", [
+    (dict(algo="nope"), "algo"), (dict(nproc=0), "nproc"), (dict(data="mnist"), "data"),
+    (dict(net="bandwidth=fast"), "net"), (dict(model="gpt"), "model"),
+    (dict(partition="dirichlet:-1"), "partition"), (dict(algo="local_sgd", params={"period": 0}), "params.period"),
+    (dict(algo="ssgd", params={"period": 4}), "params"), (dict(optimizer="lion"), "optimizer"),
+])
+def test_bad_config_fails_before_spawning(tmp_path, fields, field):
+    with pytest.raises(ConfigError) as info:
+        distsgd.run(out=str(tmp_path / "runs"), **fields)
+    assert info.value.field == field
+    assert "allowed" in str(info.value)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.multiproc
+def test_finished_run_is_reused_and_force_recomputes():
+    cfg = dict(SMALL, steps=10)
+    first = distsgd.run(algo="ssgd", **cfg)
+    stamp = (first.path / "summary.json").stat().st_mtime_ns
+    again = distsgd.run(algo="ssgd", **cfg)
+    assert again.path == first.path and (again.path / "summary.json").stat().st_mtime_ns == stamp
+    forced = distsgd.run(algo="ssgd", force=True, **cfg)
+    assert (forced.path / "summary.json").stat().st_mtime_ns != stamp
+    env = json.loads((first.path / "env.json").read_text())
+    assert env["torch"] == torch.__version__ and "git_commit" in env
+    assert json.loads((first.path / "config.json").read_text())["params"] == {"bucket_mb": 25.0,
+                                                                              "overlap": True}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "distsgd", *args], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+
+
+@pytest.mark.multiproc
+def test_cli_train_list_and_errors(tmp_path):
+    out = _cli("train", "--algo", "local_sgd", "--set", "period=2", "--nproc", "2", "--steps", "10",
+               "--out", str(tmp_path), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "final test loss / acc" in out.stdout and "local_sgd {'period': 2}" in out.stdout
+    bad = _cli("train", "--algo", "nope", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "invalid algo='nope'; allowed: ddp, local_sgd, ssgd" in bad.stderr
+    listing = _cli("list")
+    assert listing.returncode == 0
+    for name in distsgd.algorithms.REGISTRY if hasattr(distsgd, "algorithms") else ():
+        assert name in listing.stdout
+    assert "period = 4" in listing.stdout and "bucket_mb = 25.0" in listing.stdout
