@@ -1,0 +1,83 @@
+"""Datasets and their partition over ranks.
+
+`load_data(name, **options)` returns a `DataSource`; `partition(source.train_labels, nproc,
+scheme, seed)` gives every rank its training indices, which `source.train_batches` turns into
+an infinite, deterministic stream of batches.
+
+Datasets and their options:
+
+- ``digits``: scikit-learn's 8x8 digits, embedded, the default. No options.
+- ``synthetic-logistic``: binary logistic regression. Options n, d, noise, n_test, data_seed.
+- ``synthetic-lsq``: least squares y = x·w* + noise·eps. Same options.
+- ``cifar10``, ``cifar100``: torchvision's python-pickle release, in memory. Option verify.
+- ``imagenet``: train/ and val/ image folders. Options image_size, num_workers.
+
+File-based datasets (CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
+only CIFAR can be downloaded (`download=True`). Neither applies to the other datasets.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ConfigError
+from ..paths import data_root
+from .base import DataSource, TensorSource
+from .partition import PARTITIONS, parse_partition, partition
+
+__all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "load_data", "parse_partition",
+           "partition"]
+
+# name -> (module, loader function, leading positional arguments). Modules are imported only
+# when their dataset is loaded: scikit-learn and torchvision take seconds to import, and every
+# worker process pays that at start-up.
+_LOADERS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
+    "digits": ("digits", "load", ()),
+    "synthetic-logistic": ("synthetic", "load_logistic", ()),
+    "synthetic-lsq": ("synthetic", "load_lsq", ()),
+    "cifar10": ("cifar", "load", ("cifar10",)),
+    "cifar100": ("cifar", "load", ("cifar100",)),
+    "imagenet": ("imagenet", "load", ()),
+}
+DATASETS: tuple[str, ...] = tuple(_LOADERS)
+
+
+def _loader(name: str) -> Callable[..., DataSource]:
+    module, function, args = _LOADERS[name]
+    fn = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    return partial(fn, *args) if args else fn
+
+# Arguments `load_data` supplies itself; every other parameter of a loader is a data option.
+_LOCATION_ARGS = ("root", "download")
+
+
+def load_data(name: str, *, root: str | Path | None = None, download: bool = False,
+              seed: int = 0, **options: Any) -> DataSource:
+    """Load dataset `name` with its `options` (see the table in this module's docstring).
+
+    Args:
+        name: one of `DATASETS`.
+        root: where file-based datasets live; default ``paths.data_root()/<name>``.
+        download: let torchvision fetch a missing dataset (CIFAR) into `root`.
+        seed: the run seed. No built-in dataset depends on it: splits and synthetic problems
+            are fixed (synthetic ones by the option `data_seed`) so that every run of a
+            comparison sees the same data; batch order is seeded in `train_batches`.
+        options: dataset options; an unknown one raises ConfigError.
+    """
+    if name not in _LOADERS:
+        raise ConfigError("data", name, DATASETS)
+    loader = _loader(name)
+    params = inspect.signature(loader).parameters
+    allowed = [p for p in params if p not in _LOCATION_ARGS]
+    for key in options:
+        if key not in allowed:
+            raise ConfigError("data_options", key, allowed or "no options",
+                              f"not an option of dataset {name}")
+    if "root" in params:
+        options["root"] = Path(root) if root is not None else data_root() / name
+    if "download" in params:
+        options["download"] = download
+    return loader(**options)
