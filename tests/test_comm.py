@@ -19,10 +19,13 @@ def test_parse_net_units_and_presets():
     ten = parse_net("10GbE")
     assert (ten.bandwidth_Bps, ten.latency_s) == pytest.approx((10e9 / 8, 20e-6))
     assert parse_net("") is None
+    assert parse_net("100Mbit,100us") == parse_net("bandwidth=100Mbit,latency=100us")
+    assert parse_net("1GB") == NetModel(1e9, 0.0)
 
 
 @pytest.mark.parametrize("bad", ["bandwidth=fast", "latency=1ms", "bandwidth=1Gbit,lat=1us",
-                                 "bandwidth=1Gbit,latency=5parsecs", "bandwidth=0Gbit", "nonsense"])
+                                 "bandwidth=1Gbit,latency=5parsecs", "bandwidth=0Gbit", "nonsense",
+                                 "1Gbit,1us,2us", "1Gbit,bandwidth=2Gbit"])
 def test_malformed_net_names_the_field(bad):
     with pytest.raises(ConfigError, match=r"net=.*allowed"):
         parse_net(bad)

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--net", default=d.net,
-                   help="emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, or "
+                   help="emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
                         "'bandwidth=1Gbit,latency=50us'")
     t.add_argument("--backend", default=d.backend, choices=BACKENDS)
     t.add_argument("--device", default=d.device, choices=DEVICES)

@@ -35,8 +35,9 @@ _BANDWIDTH_UNITS = {  # -> bytes per second
     "b": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9,
 }
 _LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-NET_FORMAT = ("'' (no emulation), a preset (" + ", ".join(PRESETS) + "), or "
-              "'bandwidth=<number><bit|Kbit|Mbit|Gbit|B|KB|MB|GB>,latency=<number><s|ms|us|ns>'")
+NET_FORMAT = ("'' (no emulation), a preset (" + ", ".join(PRESETS) + "), "
+              "'bandwidth=<number><bit|Kbit|Mbit|Gbit|B|KB|MB|GB>,latency=<number><s|ms|us|ns>', "
+              "or the short form '<bandwidth>,<latency>' (e.g. 100Mbit,100us)")
 
 
 @dataclass(frozen=True)
@@ -72,16 +73,23 @@ def bytes_sent(kind: str, nbytes: int, p: int) -> int:
 
 
 def parse_net(spec: str | None) -> NetModel | None:
-    """Parse ``--net``: '' -> None (no emulation); a preset name; or 'bandwidth=..,latency=..'."""
+    """Parse ``--net``: '' -> None (no emulation); a preset name; 'bandwidth=..,latency=..';
+    or the short positional form 'BANDWIDTH[,LATENCY]' (e.g. '100Mbit,100us'), which also fits
+    places where '=' is awkward (papermill's parameter parser rejects it inside strings)."""
     if spec is None or not str(spec).strip():
         return None
     spec = PRESETS.get(str(spec).strip(), str(spec).strip())
     fields: dict[str, str] = {}
-    for part in spec.split(","):
+    for position, part in enumerate(spec.split(",")):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in ("bandwidth", "latency") or key.strip() in fields:
+        if not sep:                                  # positional: bandwidth, then latency
+            key, value = ("bandwidth", "latency")[min(position, 1)], part
+            if position > 1:
+                raise ConfigError("net", spec, NET_FORMAT)
+        key = key.strip()
+        if key not in ("bandwidth", "latency") or key in fields:
             raise ConfigError("net", spec, NET_FORMAT)
-        fields[key.strip()] = value.strip()
+        fields[key] = value.strip()
     if "bandwidth" not in fields:
         raise ConfigError("net", spec, NET_FORMAT, "bandwidth is required")
     bandwidth = _quantity(fields["bandwidth"], _BANDWIDTH_UNITS, spec)
