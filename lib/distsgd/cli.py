@@ -10,7 +10,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .config import BACKENDS, DEVICES, LAUNCHERS, OPTIMIZERS, SCHEDULES, Config, parse_assignments
+from .config import BACKENDS, DEVICES, DROPIT_STRATEGIES, LAUNCHERS, OPTIMIZERS, SCHEDULES, Config, parse_assignments
 from .errors import ConfigError, WorkerError
 
 EXAMPLES = """examples:
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default=d.model, help="logistic, mlp, cnn, resnet18, resnet50, vgg16")
     t.add_argument("--model-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (e.g. --model-opt hidden=[512,512])")
+    t.add_argument("--dropit-gamma", type=float, default=d.dropit_gamma,
+                   help="DropIT: drop this fraction of each Linear/Conv2d input kept for backward (0: off)")
+    t.add_argument("--dropit-strategy", default=d.dropit_strategy, choices=DROPIT_STRATEGIES)
     t.add_argument("--data", default=d.data,
                    help="digits, synthetic-logistic, synthetic-lsq, cifar10, cifar100, imagenet")
     t.add_argument("--data-opt", action="append", default=[], metavar="KEY=VALUE",

@@ -18,6 +18,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step")
 LAUNCHERS = ("auto", "spawn", "env")
+DROPIT_STRATEGIES = ("mink", "random")
 
 # Fields that do not change what a run computes, so they are left out of the hash.
 _NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name")
@@ -35,6 +36,8 @@ class Config:
     params: dict[str, Any] = field(default_factory=dict)
     model: str = "mlp"
     model_options: dict[str, Any] = field(default_factory=dict)
+    dropit_gamma: float = 0.0          # DropIT's drop ratio for Linear/Conv2d inputs (0: off)
+    dropit_strategy: str = "mink"
     data: str = "digits"
     data_options: dict[str, Any] = field(default_factory=dict)
     partition: str = "iid"
@@ -97,10 +100,15 @@ class Config:
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("device", self.device, DEVICES)
         _check_choice("launcher", self.launcher, LAUNCHERS)
+        _check_choice("dropit_strategy", self.dropit_strategy, DROPIT_STRATEGIES)
+        if not (isinstance(self.dropit_gamma, (int, float)) and 0 <= self.dropit_gamma < 1):
+            raise ConfigError("dropit_gamma", self.dropit_gamma, "0 <= gamma < 1 (0: DropIT off)")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend", self.backend, BACKENDS, "nccl needs device=cuda")
         parse_net(self.net)
-        params = algorithms.REGISTRY[self.algo].resolve_params(self.params)
+        algo = algorithms.REGISTRY[self.algo]
+        params = algo.resolve_params(self.params)
+        algo.check_config(params, self)
         return dataclasses.replace(self, params=params)
 
     # ------------------------------------------------------------------ identity

@@ -1,5 +1,5 @@
 """Distributed training algorithms, one module each, behind the interface in `base`."""
-from . import ddp, local_sgd, ssgd  # noqa: F401  (importing registers them)
+from . import ddp, kavg, local_sgd, ssgd  # noqa: F401  (importing registers them)
 from .base import Algorithm, Param
 from .registry import REGISTRY, create, register
 

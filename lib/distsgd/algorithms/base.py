@@ -73,6 +73,11 @@ class Algorithm:
                                   sorted(known) or "none", f"algorithm {cls.name!r} has no such parameter")
         return {name: p.validate(given.get(name, p.default)) for name, p in known.items()}
 
+    @classmethod
+    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
+        """Checks that involve the rest of the config (e.g. a group count dividing nproc);
+        raise ConfigError. Called by Config.validate, before any process starts."""
+
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
               config: "Config") -> torch.nn.Module:

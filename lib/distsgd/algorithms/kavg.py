@@ -1,0 +1,134 @@
+"""KAVG: K-step averaging, with optional local reductions and reduction momentum.
+
+K-step averaging (Zhou & Cong, IJCAI 2018, Algorithm 1): each of the P learners runs K local
+optimizer steps (SGD or Adam), then one global reduction averages the models:
+
+    x_i <- optimizer_step(x_i, grad F(x_i; xi_i))           every step
+    x_i <- (1/P) sum_j x_j               if (t + 1) mod K == 0      (global reduction)
+
+Local reductions and reduction momentum (Cong, Yang & Zhou, "Reducing global reductions in
+large-scale distributed training", ICPP 2019 workshops). The abstract fixes the ideas, not the
+formulas; the concrete rules below are our reconstruction (SPECS.md section i, [proposed]):
+
+  * the P learners form `local_groups` groups of consecutive ranks (e.g. the GPUs of a node);
+    every `local_period` steps a group averages its models (a cheap subgroup all-reduce);
+  * every `period` steps all learners average globally (local averaging is skipped then);
+  * reduction momentum mu (block momentum, as in BMUF): with x_g the model after the previous
+    global reduction and xbar the new global average,
+
+        v   <- mu * v + (xbar - x_g)
+        x_g <- x_g + v           and every learner continues from x_g,
+
+    computed identically on every rank from the same all-reduced xbar, so no server is needed.
+    mu = 0 gives plain averaging.
+
+Optimizer state at a reduction (`optimizer_state`): "local" keeps each learner's momentum / Adam
+moments, "average" averages them with the model in the same scope (one more all-reduce),
+"reset" clears them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..errors import ConfigError
+from .base import Algorithm, Param
+from .flat import averaged_tensors, flatten, unflatten_into
+from .registry import register
+
+if TYPE_CHECKING:
+    from ..comm import Comm, Group
+    from ..config import Config
+
+STATE_MODES = ("local", "average", "reset")
+
+
+@register
+class KAVG(Algorithm):
+    name = "kavg"
+    summary = "K-step averaging; optional local (group) reductions and global reduction momentum"
+    params = (
+        Param("period", 4, "local steps between global model averagings (K, or K_g with groups)",
+              lambda v: v >= 1, "an integer >= 1"),
+        Param("local_groups", 1, "number of groups of consecutive ranks for local reductions",
+              lambda v: v >= 1, "an integer >= 1 that divides nproc"),
+        Param("local_period", 0, "steps between local (in-group) averagings; 0: none (K_l)",
+              lambda v: v >= 0, "an integer >= 0"),
+        Param("reduction_momentum", 0.0, "block momentum mu on the global pseudo-gradient",
+              lambda v: 0 <= v < 1, "0 <= mu < 1"),
+        Param("optimizer_state", "local", "optimizer state at a reduction: local, average, reset",
+              lambda v: v in STATE_MODES, ", ".join(STATE_MODES)),
+    )
+
+    @classmethod
+    def check_config(cls, params: dict, config: "Config") -> None:
+        if config.nproc % params["local_groups"]:
+            raise ConfigError("params.local_groups", params["local_groups"],
+                              f"a divisor of nproc={config.nproc}")
+        if params["local_period"] and params["local_groups"] in (1, config.nproc) and config.nproc > 1:
+            raise ConfigError("params.local_groups", params["local_groups"],
+                              f"1 < local_groups < nproc={config.nproc} when local_period > 0",
+                              "a local reduction needs groups smaller than the world")
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        self.tensors = averaged_tensors(model)
+        self.group: Group | None = None
+        if self.p["local_period"]:
+            size = comm.world_size // self.p["local_groups"]
+            self.group = comm.split_groups([list(range(g * size, (g + 1) * size))
+                                            for g in range(self.p["local_groups"])])
+        self.mu = self.p["reduction_momentum"]
+        if self.mu:
+            self.anchor = flatten(self.tensors)          # x_g: model after the last global reduction
+            self.velocity = torch.zeros_like(self.anchor)
+        self.since_global = 0
+        return model
+
+    # ------------------------------------------------------------------ reductions
+    def _state_tensors(self) -> list[torch.Tensor]:
+        """Floating-point optimizer state shaped like its parameter (momentum, Adam moments)."""
+        out = []
+        for p in self.model.parameters():
+            for v in self.optimizer.state.get(p, {}).values():
+                if torch.is_tensor(v) and v.is_floating_point() and v.shape == p.shape:
+                    out.append(v)
+        return out
+
+    def _average(self, group: "Group | None", momentum: bool = True) -> None:
+        flat = flatten(self.tensors)
+        self.comm.all_reduce(flat, op="avg", group=group)
+        if group is None and self.mu and momentum:
+            self.velocity.mul_(self.mu).add_(flat - self.anchor)
+            self.anchor.add_(self.velocity)
+            flat = self.anchor
+        unflatten_into(flat, self.tensors)
+        mode = self.p["optimizer_state"]
+        if mode == "reset":
+            self.optimizer.state.clear()
+        elif mode == "average":
+            state = self._state_tensors()
+            if state:
+                buf = flatten(state)
+                self.comm.all_reduce(buf, op="avg", group=group)
+                unflatten_into(buf, state)
+
+    def after_step(self, step: int) -> None:
+        self.since_global += 1
+        if (step + 1) % self.p["period"] == 0:
+            self._average(None)
+            self.since_global = 0
+        elif self.group is not None and (step + 1) % self.p["local_period"] == 0:
+            self._average(self.group)
+
+    def finalize(self) -> None:
+        """A last plain global average (no momentum extrapolation) so every rank holds the
+        model that is evaluated."""
+        if self.since_global:
+            self._average(None, momentum=False)
+            self.since_global = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"period": self.p["period"]}
