@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from distsgd.claims import NOT_REPRODUCED, Claims
+from distsgd.claims import NOT_REPRODUCED, Claims, accuracy_resolution
 
 
 def test_check_raises_on_a_claim_that_does_not_hold(tmp_path):
@@ -25,3 +25,9 @@ def test_check_passes_when_every_checked_claim_holds():
     claims.not_reproduced("y", "2", "too small")
     claims.check()
     assert claims.table()["holds"].tolist() == [True, None]
+
+
+def test_accuracy_resolution_is_two_standard_errors_of_a_difference():
+    # p = 0.95 on 400 images: sd of one accuracy 1.09 points, of a difference 1.54, 2 s.e. 3.08
+    assert accuracy_resolution(0.95, 400) == pytest.approx(3.08, abs=0.01)
+    assert accuracy_resolution(0.95, 40000) == pytest.approx(0.308, abs=0.001)

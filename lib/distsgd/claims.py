@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
-NOT_REPRODUCED = "not reproduced at this scale"
+NOT_REPRODUCED = "not reproduced"
+
+
+def accuracy_resolution(accuracy: float, n: int) -> float:
+    """Two standard errors, in accuracy points (0-100), of the difference of two accuracies near
+    `accuracy`, each measured on the same `n` test examples (binomial). A difference smaller
+    than this cannot be told from evaluation noise, so claims finer than it cannot be shown."""
+    return 200 * (2 * accuracy * (1 - accuracy) / n) ** 0.5
 
 
 @dataclass
@@ -23,10 +30,13 @@ class Claims:
                           "holds": bool(holds)})
         return bool(holds)
 
-    def not_reproduced(self, claim: str, paper: str, reason: str) -> None:
-        """A claim this scale cannot show: kept in the table with the reason, not asserted."""
+    def not_reproduced(self, claim: str, paper: str, reason: str,
+                       because: str = "at this scale") -> None:
+        """A claim this run cannot show (`because` says why in general: too small a scale, a
+        reconstructed rule, ...): kept in the table with the measured values in `reason`, not
+        asserted."""
         self.rows.append({"claim": claim, "paper": paper,
-                          "measured": f"{NOT_REPRODUCED}: {reason}", "holds": None})
+                          "measured": f"{NOT_REPRODUCED} {because}: {reason}", "holds": None})
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=["claim", "paper", "measured", "holds"])

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--log-every", type=int, default=d.log_every)
     t.add_argument("--eval-every", type=int, default=d.eval_every, help="0: only at the end")
     t.add_argument("--eval-samples", type=int, default=d.eval_samples)
+    t.add_argument("--eval-train", action="store_true",
+                   help="also log the training objective (loss + weight_decay/2 |x|^2) at evaluations")
     t.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                    help="seconds a collective may wait for a peer before the run fails")
     t.add_argument("--name", default=d.name, help="run name (default: the algorithm)")
@@ -134,7 +136,7 @@ def cmd_list() -> int:
     print("algorithms (--algo NAME, parameters with --set KEY=VALUE):")
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
-        print(f"  {name:<12} {cls.summary}")
+        print(f"  {name:<15} {cls.summary}")
         for p in cls.params:
             print(f"      {p.name} = {p.default!r:<8} {p.help}")
     print("\nmodels:     " + ", ".join(models.MODELS))

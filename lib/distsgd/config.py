@@ -57,6 +57,7 @@ class Config:
     log_every: int = 10
     eval_every: int = 50
     eval_samples: int = 2048
+    eval_train: bool = False           # also log the training objective at evaluation points
     timeout_s: float = 300.0
     progress: bool = True
     launcher: str = "auto"

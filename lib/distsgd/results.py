@@ -129,10 +129,10 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
     stacked = pd.concat(per_rank, keys=range(world_size), names=["rank", "row"])
     grouped = stacked.groupby("step", sort=True)
     merged = grouped.mean(numeric_only=True)
-    for col in SUMMED:
+    for col in (*SUMMED, "samples"):
         merged[col] = grouped[col].sum()
     merged["wall_s"] = grouped["wall_s"].max()
-    for col in ("epoch", "samples", "lr"):
+    for col in ("epoch", "lr"):
         merged[col] = per_rank[0].set_index("step")[col]
     merged = merged.reset_index()
 
@@ -145,7 +145,7 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
         "status": "finished", "config_hash": config.hash(), "algo": config.algo,
         "params": config.params, "nproc": world_size, "steps": config.steps,
         "step_time_s": summary["train_s"] / config.steps,
-        "throughput_samples_s": config.steps * config.batch_size * world_size / summary["train_s"],
+        "throughput_samples_s": float(merged["samples"].iloc[-1]) / summary["train_s"],
         "bytes_per_step": summary["comm_bytes"] / config.steps,
         "max_rank_spread_final_train_loss": max(f["final_train_loss"] for f in finals)
         - min(f["final_train_loss"] for f in finals),

@@ -138,7 +138,7 @@ class Trainer:
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         seed = self.config.seed * 10_007 + self.comm.rank
-        return self.ds.train_batches(self.shard, self.config.batch_size, seed, self.device)
+        return self.ds.train_batches(self.shard, self.algo.batch_size(), seed, self.device)
 
     def train(self) -> None:
         c, comm = self.config, self.comm
@@ -153,7 +153,7 @@ class Trainer:
             if self.fault is not None and step == self.fault[0]:
                 _inject_fault(step, self.fault[1])
             comm.step = step
-            lr = lr_at(c, step)
+            lr = self.algo.learning_rate(step, lr_at(c, step))
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             x, y = next(batches)
@@ -169,8 +169,8 @@ class Trainer:
             done = step + 1
             if done % c.log_every == 0 or done == c.steps:
                 row = {"step": done,
-                       "epoch": done * c.batch_size / len(self.shard),
-                       "samples": done * c.batch_size * comm.world_size,
+                       "epoch": done * self.algo.batch_size() / len(self.shard),
+                       "samples": done * self.algo.batch_size(),      # this rank's; summed on merge
                        "wall_s": time.perf_counter() - t0 - eval_s,
                        **comm.ledger.totals(),
                        "train_loss": (window / window_n).item(),
@@ -180,6 +180,8 @@ class Trainer:
                     te = time.perf_counter()
                     row["test_loss"], row["test_acc"] = evaluate(
                         self.model, self.ds, "test", self.device, c.eval_samples)
+                    if c.eval_train:
+                        row["train_objective"] = self.objective()
                     eval_s += time.perf_counter() - te
                 rows.append(row)
                 progress.update(done, row["train_loss"])
@@ -196,6 +198,16 @@ class Trainer:
             results.save_model(self.run_dir, self.model)
             results.merge_ranks(self.run_dir, comm.world_size, c)
         comm.barrier()                      # every rank may now read the merged result
+
+    def objective(self) -> float:
+        """The training objective of this rank's model: mean loss over the training set (up to
+        eval_samples) plus the l2 term weight_decay/2 * ||x||^2 that weight decay optimizes."""
+        loss, _ = evaluate(self.model, self.ds, "train", self.device, self.config.eval_samples)
+        if self.config.weight_decay:
+            with torch.no_grad():
+                sq = sum(p.pow(2).sum() for p in self.model.parameters()).item()
+            loss += 0.5 * self.config.weight_decay * sq
+        return loss
 
     def final_metrics(self, train_s: float) -> dict:
         """Evaluation of the final model (after finalize) and totals of this rank."""

@@ -85,6 +85,17 @@ class Algorithm:
         self.model, self.optimizer, self.comm, self.config = model, optimizer, comm, config
         return model
 
+    def learning_rate(self, step: int, scheduled: float) -> float:
+        """The learning rate of `step`; `scheduled` is the config's schedule. Algorithms that
+        own the schedule (stagewise methods) override this."""
+        return scheduled
+
+    def batch_size(self) -> int:
+        """This rank's mini-batch size, asked once after setup(). Default: config.batch_size on
+        every rank; an algorithm with per-rank batch sizes (CoCoD-SGD's proportional sampling
+        for heterogeneous workers) overrides it."""
+        return self.config.batch_size
+
     def before_forward(self, step: int) -> None:
         pass
 

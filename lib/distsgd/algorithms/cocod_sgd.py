@@ -1,0 +1,150 @@
+"""CoCoD-SGD: Computation and Communication Decoupled SGD (Shen, Xu, Liu, Liang & Cheng,
+"Faster distributed deep net training: computation and communication decoupled stochastic
+gradient descent", IJCAI 2019, arXiv 1906.12043, Algorithm 1).
+
+Local SGD with period k = `period` whose model all-reduce runs in the background while the
+worker keeps computing. Per worker: the model x_i, the snapshot a_i taken at the last
+communication point, and the buffer that the in-flight all-reduce fills with the average ā of
+the snapshots. Every step, then at the end of every period:
+
+    x_i <- optimizer_step(x_i, grad F(x_i; xi_i))          every step, no communication
+    if (t + 1) mod k == 0:
+        wait for the all-reduce launched one period ago     -> ā = sum_j w_j a_j
+        x_i <- ā + (x_i - a_i)                              averaged old snapshot + own progress since
+        a_i <- x_i                                          new snapshot
+        launch all_reduce(w_i * a_i)   (async_op=True)      overlaps with the next k local steps
+
+At the first period end nothing is in flight (ā = a_i = x_0), so the rule reduces to the
+snapshot and the launch. The all-reduce is a real torch.distributed collective issued with
+``async_op=True`` from the training loop and waited one period later; nothing runs on a
+side thread. Communication leaves the critical path unless it takes longer than k steps.
+
+Heterogeneous workers ("proportional sampling", the paper's Section 4.3; the weighting
+formula is our reconstruction, SPECS.md section a): with `batch_weights` = (s_1..s_p) worker i
+draws mini-batches of b_i = round(p * B * s_i / sum_j s_j) samples (B = config.batch_size) and
+the average is weighted, w_i = b_i / sum_j b_j; without them w_i = 1/p (an 'avg' all-reduce).
+`speeds` emulates hardware of different speed on one machine: rank i sleeps after backward
+for (1/speeds[i] - 1) times its measured forward+backward time (our emulation knob, not the
+paper's).
+
+Momentum buffers stay local. Floating-point buffers (BatchNorm statistics) travel with the
+parameters in the same flat all-reduce. `finalize()` waits for the in-flight all-reduce,
+applies it, and, if local steps were taken since the last snapshot, averages once more
+(synchronously), so every rank holds the (weighted) average that is evaluated.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..errors import ConfigError
+from .base import Algorithm, Param
+from .flat import averaged_tensors, flatten, unflatten_into
+from .registry import register
+
+if TYPE_CHECKING:
+    from ..comm import Comm, Handle
+    from ..config import Config
+
+
+def _positive_numbers(v: list) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v)
+
+
+def proportional_batches(batch_size: int, weights: list[float]) -> list[int]:
+    """Per-rank batch sizes proportional to `weights`, about p * batch_size in total, each >= 1."""
+    total = batch_size * len(weights)
+    return [max(1, round(total * w / sum(weights))) for w in weights]
+
+
+@register
+class CoCoDSGD(Algorithm):
+    name = "cocod_sgd"
+    summary = "CoCoD-SGD: local SGD whose model all-reduce overlaps the next `period` local steps"
+    params = (
+        Param("period", 4, "local steps between launches of the background model all-reduce",
+              lambda v: v >= 1, "an integer >= 1"),
+        Param("batch_weights", [], "relative worker speeds: per-rank batch sizes proportional to "
+              "them and weighted averaging ([]: equal batches, plain average)", _positive_numbers,
+              "a list of numbers > 0, one per rank, or []"),
+        Param("speeds", [], "emulated relative compute speed per rank (a rank with speed s sleeps "
+              "(1/s - 1) x its compute time; []: all 1)",
+              lambda v: _positive_numbers(v) and all(x <= 1 for x in v),
+              "a list of numbers in (0, 1], one per rank, or []"),
+    )
+
+    @classmethod
+    def check_config(cls, params: dict, config: "Config") -> None:
+        for name in ("batch_weights", "speeds"):
+            if params[name] and len(params[name]) != config.nproc:
+                raise ConfigError(f"params.{name}", params[name],
+                                  f"a list of {config.nproc} numbers (one per rank) or []")
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        self.tensors = averaged_tensors(model)
+        self.batches = (proportional_batches(config.batch_size, self.p["batch_weights"])
+                        if self.p["batch_weights"] else [config.batch_size] * comm.world_size)
+        self.weight = self.batches[comm.rank] / sum(self.batches)
+        self.slowdown = 1 / self.p["speeds"][comm.rank] - 1 if self.p["speeds"] else 0.0
+        self.snapshot = flatten(self.tensors)           # a_i
+        self.buffer = torch.empty_like(self.snapshot)    # filled with ā by the in-flight all-reduce
+        self.handle: Handle | None = None
+        self.since_snapshot = 0
+        self.t_compute = 0.0
+        return model
+
+    def batch_size(self) -> int:
+        return self.batches[self.comm.rank]
+
+    # ------------------------------------------------------------------ emulated speed
+    def before_forward(self, step: int) -> None:
+        self.t_compute = time.perf_counter()
+
+    def after_backward(self, step: int) -> None:
+        if self.slowdown:
+            time.sleep(self.slowdown * (time.perf_counter() - self.t_compute))
+
+    # ------------------------------------------------------------------ averaging
+    def _launch(self, x: torch.Tensor) -> None:
+        """a_i <- x; start the (weighted) all-reduce of a_i in the background."""
+        self.snapshot.copy_(x)
+        if self.p["batch_weights"]:
+            torch.mul(x, self.weight, out=self.buffer)
+            self.handle = self.comm.all_reduce(self.buffer, op="sum", async_op=True)
+        else:
+            self.buffer.copy_(x)
+            self.handle = self.comm.all_reduce(self.buffer, op="avg", async_op=True)
+        self.since_snapshot = 0
+
+    def _apply_average(self) -> torch.Tensor:
+        """Wait for ā and return x_i <- ā + (x_i - a_i) as a flat tensor (written to the model)."""
+        x = flatten(self.tensors)
+        if self.handle is not None:
+            self.handle.wait()
+            self.handle = None
+            x.sub_(self.snapshot).add_(self.buffer)
+            unflatten_into(x, self.tensors)
+        return x
+
+    def after_step(self, step: int) -> None:
+        self.since_snapshot += 1
+        if (step + 1) % self.p["period"] == 0:
+            self._launch(self._apply_average())
+
+    def finalize(self) -> None:
+        x = self._apply_average()
+        if self.since_snapshot:                 # local progress since the snapshot differs per rank
+            if self.p["batch_weights"]:
+                x.mul_(self.weight)
+                self.comm.all_reduce(x, op="sum")
+            else:
+                self.comm.all_reduce(x, op="avg")
+            unflatten_into(x, self.tensors)
+            self.since_snapshot = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"period": self.p["period"]}

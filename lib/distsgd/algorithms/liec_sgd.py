@@ -1,0 +1,78 @@
+"""LIEC-SGD: Local Immediate Error Compensated SGD (Cheng, Shen, Xu, Qian, Wu, Zhou, Zhang, Tao
+& Chen, arXiv 2402.11857, 2024).
+
+RECONSTRUCTED from the abstract (the paper text and code were not available; see
+../shared/papers/SPECS.md, section b). The abstract fixes: bidirectional compression; each
+worker's local compression error is compensated *immediately* into its own model update (not
+carried to the next step as in EF-SGD); only the server keeps an error variable across
+iterations. Our rule, in gradient units (gamma = current learning rate):
+
+    worker i:  c_i = C_w(g_i);  delta_i = g_i - c_i          (local error, not kept)
+    server:    u = (1/N) sum_i c_i + e;  q = C_s(u);  e <- u - q     (the only persistent error)
+    worker i:  x   <- optimizer_step(x, q)                   (global model, same on every rank)
+               x_i <- x - gamma * delta_i                    (immediate local compensation)
+
+and g_i = grad F(x_i; xi_i) is taken at the local model x_i. The model parameters hold x_i
+during forward/backward; x is kept as a flat copy and stepped by the optimizer (momentum and
+weight decay act on x with q). `finalize()` loads x, so every rank evaluates the same model.
+
+The "server" is replicated deterministically: every rank all-gathers the c_i, forms the same u
+and applies C_s with the same seed, so the server error e is identical on every rank (tested) and
+no parameter-server process or download collective is needed. With identity compressors,
+delta_i = 0 and q = (1/N) sum_i g_i: S-SGD. Parameter-server traffic per worker: up |C_w|,
+down |C_s|.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..compress import ErrorFeedback
+from ..compress.exchange import average
+from .compression import PARAMS, SERVER, WORKER, CompressedAlgorithm
+from .flat import flatten, unflatten_into
+from .registry import register
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..config import Config
+
+
+@register
+class LIECSGD(CompressedAlgorithm):
+    name = "liec_sgd"
+    summary = "LIEC-SGD (reconstructed): bidirectional compression, immediate local error compensation"
+    params = PARAMS
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        self.server_memory = ErrorFeedback()
+        self.x_global = flatten([p.detach() for p in self.trainable])
+        self.local_error = torch.zeros_like(self.x_global)
+        return model
+
+    def after_backward(self, step: int) -> None:
+        c = self.compressor
+        g = self.flat_grad()
+        payload, ctx = c.compress(g, self.seed(step, WORKER, c))
+        self.local_error = g - c.decompress(payload, ctx)
+        u = self.server_memory.compensate(average(self.comm, c, payload, ctx))
+        q = c(u, self.seed(step, SERVER, c))
+        self.server_memory.update(u, q)
+        self.set_grad(q)
+        self.count(c.wire_bytes(self.numel), c.wire_bytes(self.numel))
+
+    @torch.no_grad()
+    def optimizer_step(self, step: int) -> None:
+        params = [p.data for p in self.trainable]
+        unflatten_into(self.x_global, params)               # step the global model x
+        self.optimizer.step()
+        self.x_global = flatten(params)
+        lr = self.optimizer.param_groups[0]["lr"]
+        unflatten_into(self.x_global - lr * self.local_error, params)   # x_i = x - gamma * delta_i
+
+    @torch.no_grad()
+    def finalize(self) -> None:
+        unflatten_into(self.x_global, [p.data for p in self.trainable])

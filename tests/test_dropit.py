@@ -1,0 +1,198 @@
+"""DropIT (lib/distsgd/memory): exact forward, exact input gradient, weight gradient from the
+zero-filled input, the kept-entry count, activation memory, eval mode, state_dict, and a
+distributed run with DropIT on."""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import distsgd
+from distsgd.memory import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
+                            measure_activation_memory)
+from distsgd.models import build_model
+
+GAMMAS = (0.5, 0.7, 0.9)
+STRATEGIES = ("mink", "random")
+
+
+def _model(name: str) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(name, (1, 8, 8), 10)
+
+
+def _batch(n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def _grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every parameter gradient, and the input gradient under the key 'input'."""
+    model.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_(True)
+    F.cross_entropy(model(x), y).backward()
+    return {"input": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_gamma_zero_gives_bit_identical_gradients(name, strategy):
+    base = _model(name)
+    wrapped = dropit(copy.deepcopy(base), 0.0, strategy)
+    assert len(dropit_layers(wrapped)) == 3
+    x, y = _batch()
+    exact, ours = _grads(base, x, y), _grads(wrapped, x, y)
+    assert exact.keys() == ours.keys()
+    for key in exact:
+        assert torch.equal(ours[key], exact[key]), key
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_forward_exact_and_input_and_bias_gradients_bit_identical_for_any_gamma(name):
+    base = _model(name)
+    x, y = _batch()
+    exact = _grads(base, x, y)
+    for strategy in STRATEGIES:
+        for gamma in GAMMAS:
+            wrapped = dropit(copy.deepcopy(base), gamma, strategy)
+            assert torch.equal(wrapped(x), base(x))
+            ours = _grads(wrapped, x, y)
+            for key in exact:
+                if key == "input" or key.endswith("bias"):
+                    assert torch.equal(ours[key], exact[key]), (strategy, gamma, key)
+                else:
+                    assert not torch.equal(ours[key], exact[key]), (strategy, gamma, key)
+
+
+def test_kept_count_is_the_ceiling_of_the_kept_fraction():
+    assert kept_count(100, 0.7) == 30           # not 31: 1 - 0.7 = 0.30000000000000004 in binary
+    assert kept_count(100, 0.9) == 10           # not 9: int(100 * (1 - 0.9)) == 9 in binary
+    assert kept_count(91, 0.5) == 46            # ceil(45.5)
+    assert kept_count(91, 0.9) == 10            # ceil(9.1)
+    assert kept_count(5, 0.99) == 1             # at least one entry for any gamma < 1
+    assert kept_count(91, 0.0) == 91
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("gamma", (0.0, *GAMMAS))
+def test_saved_entries_are_ceil_of_kept_fraction_with_int32_positions(strategy, gamma):
+    torch.manual_seed(0)
+    layers = [dropit(nn.Linear(13, 4), gamma, strategy), dropit(nn.Conv2d(3, 2, 3), gamma, strategy)]
+    inputs = [torch.randn(7, 13), torch.randn(2, 3, 5, 5)]
+    for layer, x in zip(layers, inputs):
+        values, positions, weight = layer(x).grad_fn.saved_tensors
+        expected = math.ceil(round((1 - gamma) * x.numel(), 9))
+        assert values.numel() == positions.numel() == expected
+        assert positions.dtype == torch.int32 and values.dtype == x.dtype
+        assert weight is layer.weight
+
+
+def _topk_mask(x: torch.Tensor, k: int) -> torch.Tensor:
+    """1 at the k largest |x| over the whole tensor (independent of the library's selection)."""
+    mask = torch.zeros(x.numel())
+    mask[x.abs().flatten().argsort(descending=True)[:k]] = 1
+    return mask.view_as(x)
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_weight_gradient_is_the_gradient_of_the_zero_filled_input(gamma, strategy):
+    torch.manual_seed(0)
+    cases = [(nn.Linear(13, 4), torch.randn(7, 13)),
+             (nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), torch.randn(2, 4, 9, 9))]
+    for layer, x in cases:
+        wrapped = dropit(copy.deepcopy(layer), gamma, strategy)
+        out = wrapped(x)
+        if strategy == "mink":
+            x_hat = x * _topk_mask(x, kept_count(x.numel(), gamma))
+        else:                                   # random: rebuild from the saved entries
+            values, positions, _ = out.grad_fn.saved_tensors
+            x_hat = torch.zeros(x.numel())
+            x_hat[positions.long()] = values
+            x_hat = x_hat.view_as(x)
+            assert torch.equal(x_hat[x_hat != 0], x[x_hat != 0])
+        grad_y = torch.randn_like(out)
+        out.backward(grad_y)
+        layer(x_hat).backward(grad_y)
+        torch.testing.assert_close(wrapped.weight.grad, layer.weight.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_memory_measurement_sees_the_reduction():
+    base = _model("cnn")
+    data, y = _batch(64)
+    x = data[:32]                          # a view: counts as its 32 samples, not the 64 behind it
+    y = y[:32]
+    exact = measure_activation_memory(base, x, y, F.cross_entropy)
+    wrapped = dropit(copy.deepcopy(base), 0.9)
+    dropped = measure_activation_memory(wrapped, x, y, F.cross_entropy)
+    # the inputs of conv 0, conv 3 and linear 8, as float32; DropIT: values and int32 positions
+    numels = [32 * 1 * 8 * 8, 32 * 32 * 4 * 4, 32 * 256]
+    assert exact.layer_bytes == 4 * sum(numels)
+    assert dropped.layer_bytes == 8 * sum(kept_count(n, 0.9) for n in numels)
+    assert dropped.layer_bytes <= 0.8 * exact.layer_bytes
+    assert dropped.saved_bytes - dropped.layer_bytes == exact.saved_bytes - exact.layer_bytes
+    assert exact.by_module["0"] == 4 * numels[0] and dropped.by_module["0"] == 8 * kept_count(numels[0], 0.9)
+    assert exact.cuda_peak_bytes is None
+
+
+def test_no_dropping_in_eval_mode_or_without_grad():
+    wrapped = dropit(_model("cnn"), 0.9)
+    x, y = _batch()
+    training = measure_activation_memory(wrapped, x, y, F.cross_entropy)
+    wrapped.eval()
+    evaluation = measure_activation_memory(wrapped, x, y, F.cross_entropy)
+    exact = measure_activation_memory(_model("cnn").eval(), x, y, F.cross_entropy)
+    assert evaluation.saved_bytes == exact.saved_bytes > training.saved_bytes
+    assert type(wrapped[0](x).grad_fn).__name__ == "ConvolutionBackward0"
+    wrapped.train()
+    assert type(wrapped[0](x).grad_fn).__name__ == "DropITConv2dFunctionBackward"
+    with torch.no_grad():
+        assert torch.equal(wrapped(x), _model("cnn")(x))
+
+
+def test_model_keeps_its_parameters_state_dict_and_saves_normally(tmp_path):
+    base = _model("cnn")
+    params = list(base.parameters())
+    keys = list(base.state_dict())
+    wrapped = dropit(base, 0.9, "random", skip={"8"})
+    assert wrapped is base and list(wrapped.parameters()) == params
+    assert list(wrapped.state_dict()) == keys
+    assert isinstance(wrapped[0], DropITConv2d) and isinstance(wrapped[0], nn.Conv2d)
+    assert type(wrapped[8]) is nn.Linear                     # skipped by name
+    torch.save(wrapped.state_dict(), tmp_path / "model.pt")
+    fresh = _model("cnn")
+    fresh.load_state_dict(torch.load(tmp_path / "model.pt"))
+    reloaded = torch.load(tmp_path / "model.pt")
+    assert all(torch.equal(reloaded[k], v) for k, v in wrapped.state_dict().items())
+    assert "dropit_gamma=0.9" in repr(wrapped)
+
+
+def test_opt_out_updates_and_bad_arguments():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model[1].no_dropit = True
+    dropit(model, 0.5)
+    assert isinstance(model[0], DropITLinear) and type(model[1]) is nn.Linear
+    dropit(model, 0.7, "random")
+    assert (model[0].gamma, model[0].strategy) == (0.7, "random")
+    same = nn.Conv2d(2, 2, 3, padding="same")
+    assert type(dropit(same, 0.5)) is nn.Conv2d              # string padding: left unchanged
+    for gamma in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="gamma"):
+            dropit(nn.Linear(2, 2), gamma)
+    with pytest.raises(ValueError, match="strategy"):
+        dropit(nn.Linear(2, 2), 0.5, "maxk")
+
+
+@pytest.mark.multiproc
+def test_distributed_run_with_dropit_finishes():
+    r = distsgd.run(algo="ssgd", nproc=2, steps=10, dropit_gamma=0.9, progress=False,
+                    model="cnn", data="digits", batch_size=16, eval_every=10, log_every=5)
+    assert r.summary["status"] == "finished"
+    assert r.config.dropit_gamma == 0.9
+    assert r.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
+    weights = torch.load(r.path / "model.pt")
+    assert list(weights) == list(_model("cnn").state_dict())
