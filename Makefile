@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PROFILE ?= quick
 JOBS   ?= 1
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: venv test test-unit test-notebooks reproduce list clean
 
