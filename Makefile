@@ -6,7 +6,7 @@ PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv test test-unit test-notebooks reproduce list clean
+.PHONY: venv test test-unit test-notebooks test-cluster reproduce list clean
 
 # The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,10 @@ test-unit: venv
 
 test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
+
+# The cluster path (also part of `test`): full-profile dry run, SLURM, torchrun over namespaces.
+test-cluster: venv
+	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
 
 reproduce: venv
 	$(PY) reproduce/run.py --profile $(PROFILE) --jobs $(JOBS)

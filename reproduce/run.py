@@ -22,6 +22,21 @@ with ``--dry-run``):
 The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
 ``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``.
 
+Dry run (``--dry-run``): every notebook gets ``dry_run=True`` (2 steps per run, claims computed
+but not asserted) and otherwise the profile's parameters, so a typo in a full-profile config
+fails here. What this machine cannot provide is replaced, and only that:
+
+* data: stand-ins in the real formats (CIFAR-10/100 python pickles, an ImageNet-style folder of
+  tiny JPEGs) written to ``OUT/data``, with ``DISTSGD_DATA`` pointing there and
+  ``DISTSGD_DATA_VERIFY=0`` (their checksums are not the release's);
+* cost: ``DISTSGD_MAX_NPROC`` (default 2) caps the worker processes of each run,
+  ``DISTSGD_MAX_BATCH_SIZE`` (default 16) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
+  (default 64) the samples of each evaluation; each config is validated as the profile asks
+  before it is capped (``distsgd.runner.apply_caps``). Set a variable to 0 to lift its cap
+  (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
+* ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
+* runs go to ``OUT/results`` (``DISTSGD_RESULTS``) unless ``DISTSGD_RESULTS`` is set.
+
 Exit status: 0 when every notebook ran, 1 when any notebook failed (or, with ``--list``, would
 fail parameter validation), 2 for a usage or configuration error.
 """
@@ -51,6 +66,9 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 PROFILE_KEYS = frozenset({"defaults", "notebooks"})
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", "claims_held", "claims_total", "executed")
 TRUE_STRINGS = frozenset({"true", "1", "yes", "y"})
+DRY_RUN_MAX_NPROC = "2"  # default worker cap of a dry run (DISTSGD_MAX_NPROC overrides it)
+DRY_RUN_MAX_BATCH = "16"  # default per-rank batch cap of a dry run (DISTSGD_MAX_BATCH_SIZE)
+DRY_RUN_MAX_EVAL = "64"  # default evaluation cap of a dry run (DISTSGD_MAX_EVAL_SAMPLES)
 
 _print_lock = threading.Lock()
 
@@ -200,6 +218,8 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool) -> Pla
         parameters[key], sources[key] = value, f"profile {profile.name}: notebooks.{name}"
     if dry_run:
         parameters["dry_run"], sources["dry_run"] = True, "--dry-run"
+        if parameters.get("backend") == "nccl" and not gpu_available():
+            parameters["backend"], sources["backend"] = "gloo", "--dry-run: no GPU, nccl -> gloo"
 
     problems = []
     defined = ", ".join(declared) or "none"
@@ -210,6 +230,35 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool) -> Pla
                 f"cell of {path.name} (defined: {defined})"
             )
     return Plan(name, path, declared, parameters, sources, problems)
+
+
+def gpu_available() -> bool:
+    """Whether torch sees a CUDA device (imported only when a dry run needs to know)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def dry_run_environment(out_dir: Path) -> None:
+    """Write the stand-in data sets under ``OUT/data`` and set what the kernels and their workers
+    need to run full-profile configs on this machine (see the module doc)."""
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.data.standins import write_standins
+
+    data = out_dir / "data"
+    if not (data / ".complete").exists():
+        write_standins(data)
+        (data / ".complete").touch()
+    os.environ["DISTSGD_DATA"] = str(data)
+    os.environ["DISTSGD_DATA_VERIFY"] = "0"
+    os.environ.setdefault("DISTSGD_MAX_NPROC", DRY_RUN_MAX_NPROC)
+    os.environ.setdefault("DISTSGD_MAX_BATCH_SIZE", DRY_RUN_MAX_BATCH)
+    os.environ.setdefault("DISTSGD_MAX_EVAL_SAMPLES", DRY_RUN_MAX_EVAL)
+    os.environ.setdefault("DISTSGD_RESULTS", str(out_dir / "results"))
+    caps = ", ".join(f"{k}={os.environ[k]}" for k in (
+        "DISTSGD_MAX_NPROC", "DISTSGD_MAX_BATCH_SIZE", "DISTSGD_MAX_EVAL_SAMPLES"))
+    say(f"dry run: stand-in data in {data}, caps {caps}, "
+        f"runs in {os.environ['DISTSGD_RESULTS']}")
 
 
 # --------------------------------------------------------------------------- execution
@@ -445,7 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dry-run", action="store_true",
         help="pass dry_run=True (tiny steps, stand-in data) to every notebook; a notebook "
-        "without a dry_run parameter fails. Default OUT becomes reproduce/runs/<profile>-dry-run "
+        "without a dry_run parameter fails. Writes stand-in CIFAR/ImageNet files to OUT/data, "
+        "caps processes, batch and evaluation per run ($DISTSGD_MAX_NPROC=2, "
+        "$DISTSGD_MAX_BATCH_SIZE=16, $DISTSGD_MAX_EVAL_SAMPLES=64 unless set), nccl -> gloo "
+        "without a GPU. "
+        "Default OUT becomes reproduce/runs/<profile>-dry-run "
         "and default FIGURES OUT/figures, so real results are not overwritten",
     )
     parser.add_argument(
@@ -539,6 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out_dir, figures_dir = resolve_dirs(args)
     kernel_environment(profile.name, figures_dir)
+    if args.dry_run:
+        dry_run_environment(out_dir)
     say(f"profile {profile.name}{' (dry run)' if args.dry_run else ''}: {', '.join(names)}")
     results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output)
 

@@ -156,7 +156,7 @@ def test_ledger_holds_one_model_all_reduce_per_period_and_ranks_agree():
 
 
 @pytest.mark.parametrize("params", [{"batch_weights": [1, 2, 3]}, {"batch_weights": [1, -1]},
-                                    {"speeds": [1, 2]}, {"period": 0}])
+                                    {"speeds": [1, 2]}, {"period": 0}, {"sample_ms": -1}])
 def test_bad_cocod_params(params):
     with pytest.raises(ConfigError, match="params"):
         distsgd.Config(algo="cocod_sgd", params=params, nproc=2).validate()

@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,worker}`."""
+"""Command line: `python -m distsgd {train,list,show,bench,worker}`."""
 from __future__ import annotations
 
 import argparse
@@ -85,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print the summary of a finished run directory")
     s.add_argument("run_dir", type=Path)
 
+    b = sub.add_parser("bench", help="benchmarks; --validate-emulation: the emulated network vs a "
+                                     "real shaped one (root: network namespaces + tc tbf)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    b.add_argument("--validate-emulation", action="store_true",
+                   help="time collectives over p shaped namespaces and under Comm's emulation")
+    b.add_argument("--nproc", type=int, default=4, help="hosts / ranks p")
+    b.add_argument("--bandwidth", default="200Mbit", help="per-host bandwidth of both sides")
+    b.add_argument("--sizes", default="1,8", help="message sizes in MiB, comma separated")
+    b.add_argument("--reps", type=int, default=3, help="repetitions (the median is reported)")
+    b.add_argument("--tolerance", type=float, default=0.15, help="allowed relative difference")
+    add_schedule_bench_args(b)
+
     w = sub.add_parser("worker", help="(internal) run one rank of a prepared run directory")
     w.add_argument("run_dir", type=Path)
     return parser
@@ -169,6 +181,33 @@ def cmd_worker(run_dir: Path) -> int:
     return 0
 
 
+def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
+    """Options of `bench` without --validate-emulation: the schedule benchmark."""
+    g = b.add_argument_group("schedule benchmark (without --validate-emulation)")
+    g.add_argument("--models", default="mlp,transformer", help="comma-separated: mlp, resnet18, transformer")
+    g.add_argument("--algos", default="",
+                   help="comma-separated schedule labels to keep (default: all of distsgd.bench_schedules.DEFAULT_CASES)")
+    g.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
+    g.add_argument("--steps", type=int, default=8, help="timed iterations per case")
+    g.add_argument("--warmup", type=int, default=3, help="untimed iterations per case")
+    g.add_argument("--batch-size", type=int, default=16, help="per rank")
+    g.add_argument("--csv", default="bench_schedules.csv", help="where to write the tidy CSV")
+
+
+def cmd_bench_schedules(args: argparse.Namespace) -> int:
+    """`python -m distsgd bench`: time every schedule (repeats = --reps), write the CSV, print medians."""
+    from .bench_schedules import DEFAULT_CASES, bench_schedules, medians
+
+    keep = [a.strip() for a in args.algos.split(",") if a.strip()]
+    cases = [c for c in DEFAULT_CASES if not keep or c["label"] in keep or c["algo"] in keep]
+    df = bench_schedules(models=args.models.split(","), cases=cases,
+                         nprocs=[int(p) for p in args.nprocs.split(",")], batch_size=args.batch_size,
+                         steps=args.steps, warmup=args.warmup, repeats=args.reps, out=args.csv)
+    print(medians(df).to_string(index=False))
+    print(f"wrote {args.csv}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -176,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "list":
             return cmd_list()
+        if args.command == "bench" and not args.validate_emulation:
+            return cmd_bench_schedules(args)
+        if args.command == "bench":
+            from .bench import main as bench_main
+            return bench_main(args)
         if args.command == "show":
             return cmd_show(args.run_dir)
         return cmd_worker(args.run_dir)

@@ -23,9 +23,11 @@ Heterogeneous workers ("proportional sampling", the paper's Section 4.3; the wei
 formula is our reconstruction, SPECS.md section a): with `batch_weights` = (s_1..s_p) worker i
 draws mini-batches of b_i = round(p * B * s_i / sum_j s_j) samples (B = config.batch_size) and
 the average is weighted, w_i = b_i / sum_j b_j; without them w_i = 1/p (an 'avg' all-reduce).
-`speeds` emulates hardware of different speed on one machine: rank i sleeps after backward
-for (1/speeds[i] - 1) times its measured forward+backward time (our emulation knob, not the
-paper's).
+`speeds` emulates hardware of different speed on one machine (our emulation knob, not the
+paper's): rank i sleeps after backward for (1/speeds[i] - 1) times its measured forward+backward
+time, or, with `sample_ms` > 0, for b_i * sample_ms / speeds[i] milliseconds: an emulated compute
+cost proportional to the batch size (a small model's measured time barely grows with the batch, so
+proportional batches could not balance it).
 
 Momentum buffers stay local. Floating-point buffers (BatchNorm statistics) travel with the
 parameters in the same flat all-reduce. `finalize()` waits for the in-flight all-reduce,
@@ -73,6 +75,9 @@ class CoCoDSGD(Algorithm):
               "(1/s - 1) x its compute time; []: all 1)",
               lambda v: _positive_numbers(v) and all(x <= 1 for x in v),
               "a list of numbers in (0, 1], one per rank, or []"),
+        Param("sample_ms", 0.0, "emulated compute per sample (ms): with it a rank of speed s sleeps "
+              "batch x sample_ms / s after backward (0: the measured-time form above)",
+              lambda v: v >= 0, "a number >= 0"),
     )
 
     @classmethod
@@ -89,7 +94,9 @@ class CoCoDSGD(Algorithm):
         self.batches = (proportional_batches(config.batch_size, self.p["batch_weights"])
                         if self.p["batch_weights"] else [config.batch_size] * comm.world_size)
         self.weight = self.batches[comm.rank] / sum(self.batches)
-        self.slowdown = 1 / self.p["speeds"][comm.rank] - 1 if self.p["speeds"] else 0.0
+        speed = self.p["speeds"][comm.rank] if self.p["speeds"] else 1.0
+        self.slowdown = 1 / speed - 1                   # x measured compute time
+        self.sleep_s = self.batches[comm.rank] * self.p["sample_ms"] / 1e3 / speed
         self.snapshot = flatten(self.tensors)           # a_i
         self.buffer = torch.empty_like(self.snapshot)    # filled with ā by the in-flight all-reduce
         self.handle: Handle | None = None
@@ -105,7 +112,9 @@ class CoCoDSGD(Algorithm):
         self.t_compute = time.perf_counter()
 
     def after_backward(self, step: int) -> None:
-        if self.slowdown:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        elif self.slowdown:
             time.sleep(self.slowdown * (time.perf_counter() - self.t_compute))
 
     # ------------------------------------------------------------------ averaging

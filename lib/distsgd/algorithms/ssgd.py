@@ -18,57 +18,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import Algorithm, Param
+from .buckets import Bucket, make_buckets
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Handle
+    from ..comm import Comm
     from ..config import Config
-
-
-class _Bucket:
-    """Parameters whose gradients travel in one all-reduce."""
-
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
-        self.params = params
-        self.numel = sum(p.numel() for p in params)
-        self.buffer = torch.empty(self.numel, dtype=params[0].dtype, device=params[0].device)
-        self.ready = 0
-        self.handle: Handle | None = None
-
-    def pack(self) -> None:
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                self.buffer[offset:offset + n].zero_()
-            else:
-                self.buffer[offset:offset + n].copy_(p.grad.reshape(-1))
-            offset += n
-
-    def unpack(self) -> None:
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
-            p.grad.copy_(self.buffer[offset:offset + n].view_as(p))
-            offset += n
-
-
-def make_buckets(params: list[torch.nn.Parameter], cap_bytes: float) -> list[_Bucket]:
-    """Group `params` (in backward order) into consecutive buckets of at most `cap_bytes`
-    (a single tensor larger than the cap gets a bucket of its own)."""
-    buckets, current, size = [], [], 0
-    for p in params:
-        nbytes = p.numel() * p.element_size()
-        if current and (size + nbytes > cap_bytes or p.dtype != current[0].dtype):
-            buckets.append(_Bucket(current))
-            current, size = [], 0
-        current.append(p)
-        size += nbytes
-    if current:
-        buckets.append(_Bucket(current))
-    return buckets
 
 
 @register
@@ -91,12 +46,12 @@ class SSGD(Algorithm):
                     p.register_post_accumulate_grad_hook(lambda _p, b=bucket: self._grad_ready(b))
         return model
 
-    def _grad_ready(self, bucket: _Bucket) -> None:
+    def _grad_ready(self, bucket: Bucket) -> None:
         bucket.ready += 1
         if bucket.ready == len(bucket.params):
             self._launch(bucket)
 
-    def _launch(self, bucket: _Bucket) -> None:
+    def _launch(self, bucket: Bucket) -> None:
         bucket.pack()
         bucket.handle = self.comm.all_reduce(bucket.buffer, op="avg", async_op=True)
 

@@ -6,6 +6,8 @@
 - ``cnn``: two 3x3 conv blocks (32, 64 channels) for 8x8 to 32x32 images.
 - ``resnet18``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a side.
 - ``vgg16``: torchvision's VGG-16-BN, CIFAR head for inputs up to 64 pixels a side.
+- ``transformer``: a stack of pre-norm transformer blocks over tokens cut from the flat input;
+  options ``dim``, ``depth``, ``heads``, ``tokens``.
 
 No weights are ever downloaded. Initialization draws from torch's global generator: the caller
 seeds it (the same seed on every rank gives identical models); builders never reseed.
@@ -31,6 +33,7 @@ _BUILDERS: dict[str, str] = {
     "resnet18": "resnet",
     "resnet50": "resnet",
     "vgg16": "vgg",
+    "transformer": "transformer",
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 

@@ -1,0 +1,81 @@
+"""Fusion buckets shared by the gradient-reduction schedules (ssgd, the survey's schedules, PS,
+DeAR): parameters whose gradients travel in one collective, packed into one flat buffer."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..comm import Handle
+
+
+class Bucket:
+    """Parameters whose gradients travel in one collective. `buffer` holds their gradients back
+    to back, followed by `pad` zeros (a reduce-scatter needs a length divisible by the group)."""
+
+    def __init__(self, params: list[torch.nn.Parameter], pad_to: int = 1) -> None:
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        self.pad = -self.numel % pad_to
+        self.buffer = torch.zeros(self.numel + self.pad, dtype=params[0].dtype, device=params[0].device)
+        self.ready = 0
+        self.handle: Handle | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.buffer.element_size()
+
+    def pack(self) -> None:
+        """Copy the parameters' gradients into the buffer (zeros for a parameter without one)."""
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                self.buffer[offset:offset + n].zero_()
+            else:
+                self.buffer[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+
+    def unpack(self) -> None:
+        """Copy the buffer back into the parameters' `.grad`."""
+        for p, g in zip(self.params, self.views()):
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+            p.grad.copy_(g)
+
+    def views(self) -> list[torch.Tensor]:
+        """The slice of the buffer belonging to each parameter, shaped like it."""
+        out, offset = [], 0
+        for p in self.params:
+            n = p.numel()
+            out.append(self.buffer[offset:offset + n].view_as(p))
+            offset += n
+        return out
+
+
+def make_buckets(params: list[torch.nn.Parameter], cap_bytes: float, pad_to: int = 1) -> list[Bucket]:
+    """Group `params` (in the order given, usually backward order) into consecutive buckets of at
+    most `cap_bytes` (a single tensor larger than the cap gets a bucket of its own; a cap of 0
+    gives one bucket per tensor)."""
+    buckets, current, size = [], [], 0
+    for p in params:
+        nbytes = p.numel() * p.element_size()
+        if current and (size + nbytes > cap_bytes or p.dtype != current[0].dtype):
+            buckets.append(Bucket(current, pad_to))
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+    if current:
+        buckets.append(Bucket(current, pad_to))
+    return buckets
+
+
+def group_sizes(params: list[torch.nn.Parameter], sizes: list[int], pad_to: int = 1) -> list[Bucket]:
+    """Consecutive buckets of `sizes[i]` parameters each (sum(sizes) == len(params))."""
+    assert sum(sizes) == len(params), (sizes, len(params))
+    out, start = [], 0
+    for k in sizes:
+        out.append(Bucket(params[start:start + k], pad_to))
+        start += k
+    return out

@@ -1,0 +1,219 @@
+"""DeAR: decoupling the all-reduce into reduce-scatter and all-gather and pipelining both with
+computation (Zhang, Shi, Chu, Wang, Li, Liu; ICDCS 2023, arXiv 2302.12445; code
+lzhangbv/dear_pytorch `dear/dopt_rsag.py`, see SPECS.md section f).
+
+The update is S-SGD's (a ring all-reduce *is* a reduce-scatter followed by an all-gather):
+
+    backward of step t:   as soon as every gradient of fusion group g is ready,
+                          shard_g <- reduce_scatter(grad_g) / p             (async, overlaps backward)
+    "bp barrier" (optimizer_step): wait for every reduce-scatter; launch all_gather(shard_0)
+    forward of step t+1:  at the first module of group g, wait for all_gather(shard_g) and launch
+                          all_gather(shard_{g+1}) (pipelined with forward); then, for this
+                          module only, x <- SGD(x, gathered averaged gradient), then its forward.
+
+So each layer is updated just before its next use and the all-gather overlaps the next forward.
+Bytes per rank per step: reduce-scatter + all-gather = 2(p-1)/p * n, one ring all-reduce (groups
+are zero-padded to a multiple of p, at most p-1 elements each). `finalize()` flushes the pending
+update of the last step (the paper's code skips it) so evaluation sees x_T; an evaluation between
+steps also runs the forward pre-hooks and so sees the updated model.
+
+Fusion groups are consecutive trainable modules in forward order, either by size (add modules
+while the group stays within `threshold_mb`, the paper's THRESHOLD, default 25 MB) or by count
+(`nearby_layers` modules per group when threshold_mb = 0; nearby_layers = 1 is "DeAR w/o TF").
+With `tune`, the threshold is chosen during the first (tune_trials + 1) * tune_window steps from
+measured iteration times (`tuner.GridTuner`, a documented grid search standing in for the paper's
+Bayesian optimisation [reconstructed]); between trials the pending update is applied at the
+barrier (still lossless) and the groups are rebuilt.
+
+Works with SGD with momentum and weight decay (the update is re-implemented layer by layer,
+`layerwise.sgd_update`); other optimizers are rejected before any process starts.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import ConfigError
+from .base import Algorithm, Param
+from .buckets import Bucket
+from .layerwise import check_sgd, check_sgd_config, forward_order_modules, sgd_update, unit_params
+from .registry import register
+from .tuner import GridTuner
+
+if TYPE_CHECKING:
+    from ..comm import Comm, Handle
+    from ..config import Config
+
+
+class _Group(Bucket):
+    """A fusion group: modules, their gradients in one padded buffer, and the local shard."""
+
+    def __init__(self, modules: list[torch.nn.Module], p: int) -> None:
+        super().__init__([q for m in modules for q in unit_params(m)], p)
+        self.modules = modules
+        self.shard = torch.zeros(self.buffer.numel() // p, dtype=self.buffer.dtype,
+                                 device=self.buffer.device)
+        self.gather: Handle | None = None
+
+
+def fusion_groups(modules: list[torch.nn.Module], threshold_bytes: float, nearby: int) -> list[list[torch.nn.Module]]:
+    """Consecutive modules grouped by size (threshold_bytes > 0: add modules while the group stays
+    within the threshold; a module larger than it is alone) or by count (`nearby` per group)."""
+    groups: list[list[torch.nn.Module]] = []
+    size = 0
+    for m in modules:
+        nbytes = sum(q.numel() * q.element_size() for q in unit_params(m))
+        full = (size + nbytes > threshold_bytes) if threshold_bytes > 0 else (len(groups[-1]) >= nearby if groups else True)
+        if not groups or full:
+            groups.append([])
+            size = 0
+        groups[-1].append(m)
+        size += nbytes
+    return groups
+
+
+@register
+class DeAR(Algorithm):
+    name = "dear"
+    summary = "DeAR: reduce-scatter during backward, all-gather pipelined with the next forward"
+    params = (
+        Param("threshold_mb", 25.0, "fusion-group size threshold in MB (0: group by nearby_layers)",
+              lambda v: v >= 0, "a number >= 0"),
+        Param("nearby_layers", 1, "modules per fusion group when threshold_mb = 0 (1: DeAR w/o TF)",
+              lambda v: v >= 1, "an integer >= 1"),
+        Param("tune", False, "choose threshold_mb from measured iteration times during the first steps"),
+        Param("tune_min_mb", 1.0, "tuner's lower bound in MB (paper: 1)", lambda v: v > 0, "a number > 0"),
+        Param("tune_max_mb", 100.0, "tuner's upper bound in MB (paper: 100)", lambda v: v > 0, "a number > 0"),
+        Param("tune_trials", 10, "thresholds tried (paper: 10)", lambda v: v >= 1, "an integer >= 1"),
+        Param("tune_window", 5, "steps timed per trial; one extra window first is warm-up (paper: 5)",
+              lambda v: v >= 1, "an integer >= 1"),
+    )
+
+    @classmethod
+    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
+        check_sgd_config(config.optimizer, cls.name)
+        if params["tune_min_mb"] > params["tune_max_mb"]:
+            raise ConfigError("params.tune_min_mb", params["tune_min_mb"], f"<= tune_max_mb ({params['tune_max_mb']})")
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        check_sgd(optimizer, self.name)
+        self.modules = forward_order_modules(model)
+        self.threshold_mb = self.p["threshold_mb"]
+        self.tuner = GridTuner(self.p["tune_min_mb"], self.p["tune_max_mb"], self.p["tune_trials"]) \
+            if self.p["tune"] else None
+        self.tuning = self.tuner is not None
+        if self.tuning:
+            self.threshold_mb = self.tuner.ask()
+        self.regroup()
+        self.pending = False                 # an update waits to be applied
+        self.lrs: dict[int, float] = {}
+        self.window_start = 0.0
+        for m in self.modules:
+            m.register_forward_pre_hook(self._before_module)
+            for q in unit_params(m):
+                q.register_post_accumulate_grad_hook(self._grad_ready)
+        return model
+
+    def regroup(self) -> None:
+        """(Re)build the fusion groups for the current threshold."""
+        groups = fusion_groups(self.modules, self.threshold_mb * 2**20, self.p["nearby_layers"])
+        self.groups = [_Group(ms, self.comm.world_size) for ms in groups]
+        self.group_of = {m: i for i, g in enumerate(self.groups) for m in g.modules}
+        self.grad_of = {q: v for g in self.groups for q, v in zip(g.params, g.views())}
+        self.param_group = {q: g for g in self.groups for q in g.params}
+
+    # ------------------------------------------------------------------ backward
+    def _grad_ready(self, q: torch.nn.Parameter) -> None:
+        if self.pending:                     # a module the last forward did not run
+            self._flush()
+        group = self.param_group[q]
+        group.ready += 1
+        if group.ready == len(group.params):
+            self._reduce_scatter(group)
+
+    def _reduce_scatter(self, group: _Group) -> None:
+        group.pack()
+        group.handle = self.comm.reduce_scatter(group.shard, group.buffer, op="avg", async_op=True)
+
+    # ------------------------------------------------------------------ bp barrier
+    def optimizer_step(self, step: int) -> None:
+        """Wait for the reduce-scatters and start the all-gather pipeline; no update here."""
+        if self.pending:
+            self._flush()
+        for group in self.groups:
+            if group.handle is None:         # a parameter without gradient this step
+                self._reduce_scatter(group)
+        for group in self.groups:
+            group.handle.wait()
+            group.handle, group.ready = None, 0
+        self.lrs = {id(g): g["lr"] for g in self.optimizer.param_groups}
+        self.pending, self.updated = True, set()
+        self.gathered, self.launched = 0, 0
+        self._launch_gather()
+        if self.tuning:
+            self._tune_step(step)
+
+    def _launch_gather(self) -> None:
+        if self.launched < len(self.groups):
+            g = self.groups[self.launched]
+            g.gather = self.comm.all_gather(g.buffer, g.shard, async_op=True)
+            self.launched += 1
+
+    def _gather_through(self, index: int) -> None:
+        """Wait for the all-gathers of groups up to `index`, prefetching the next one."""
+        while self.gathered <= index:
+            self.groups[self.gathered].gather.wait()
+            self.gathered += 1
+            self._launch_gather()
+
+    # ------------------------------------------------------------------ next forward
+    def _before_module(self, module: torch.nn.Module, _inputs: Any) -> None:
+        if self.pending and module not in self.updated:
+            self._gather_through(self.group_of[module])
+            self._update(module)
+
+    def _update(self, module: torch.nn.Module) -> None:
+        params = unit_params(module)
+        sgd_update(self.optimizer, params, [self.grad_of[q] for q in params], self.lrs)
+        self.updated.add(module)
+        if len(self.updated) == len(self.modules):
+            self.pending = False
+
+    def _flush(self) -> None:
+        """Apply the whole pending update now."""
+        self._gather_through(len(self.groups) - 1)
+        for m in self.modules:
+            if m not in self.updated:
+                self._update(m)
+
+    def finalize(self) -> None:
+        if self.pending:
+            self._flush()
+
+    # ------------------------------------------------------------------ tuning
+    def _tune_step(self, step: int) -> None:
+        """At the end of each window of tune_window steps: time it (the first window is warm-up),
+        tell the tuner, and switch to its next threshold (or the best one when done)."""
+        window = self.p["tune_window"]
+        if (step + 1) % window:
+            return
+        now = time.perf_counter()
+        if step + 1 > window:                # not the warm-up window
+            elapsed = torch.tensor((now - self.window_start) / window, dtype=torch.float64)
+            seconds = self.comm.reduce_uncounted(elapsed, op="max").item()   # all ranks agree
+            self.tuner.tell(self.threshold_mb, seconds)
+            nxt = self.tuner.ask()
+            if nxt is None:
+                nxt, self.tuning = self.tuner.best(), False
+            if nxt != self.threshold_mb:
+                self._flush()
+                self.threshold_mb = nxt
+                self.regroup()
+        self.window_start = time.perf_counter()
+
+    def metrics(self) -> dict[str, float]:
+        return {"threshold_mb": self.threshold_mb, "fusion_groups": len(self.groups)}

@@ -1,0 +1,290 @@
+"""The schedule benchmark (`python -m distsgd bench`, without --validate-emulation; the
+emulation check lives in distsgd.bench).
+
+Iteration time and throughput of gradient-reduction schedules (``no_overlap``, ``wfbp``,
+``fusion``, ``mgwfbp``, ``bytescheduler``, ``ps``, ``dear``, and PyTorch's ``ddp``) over models of
+different compute/communication intensity, worker counts and emulated networks. One group of p
+worker processes runs every case of that p (no process start-up per case), and the cases are
+interleaved and repeated in a different order each round, so that load from other work on the
+machine hits every schedule alike; `medians` reduces the repeats.
+
+Networks are scaled to this machine's compute speed by a stated rule (`scaled_net`): first the
+compute time C of one iteration (forward + backward + update, no communication, all p ranks busy)
+is measured, then the bandwidth is set so that the bandwidth term of the all-reduce of the whole
+gradient, 2(p-1)/p * n/B, is `comm_ratio` x C, and the latency so that one all-reduce's latency
+term, 2(p-1) * alpha, is `latency_ratio` x C. "10GbE-like": comm_ratio 1 (communication as long
+as computation) and latency_ratio 0.015 (10 GbE's ~25 us per hop over the 62 hops of a ring
+all-reduce on the survey's 32 GPUs, against a ~100 ms GPU iteration); "IB-like": 10x the
+bandwidth and a tenth of the latency (the papers' 10 Gb/s Ethernet vs 100 Gb/s InfiniBand).
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32)}
+MODEL_OPTIONS: dict[str, dict[str, Any]] = {
+    "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
+    "resnet18": {},                             # 62 small tensors, compute-heavy
+    "transformer": {"dim": 128, "depth": 4},    # 16 tokens; many mid-size tensors
+}
+NUM_CLASSES = 10
+NETWORKS = {"10GbE-like": (1.0, 0.015), "IB-like": (0.1, 0.0015)}   # (comm_ratio, latency_ratio)
+DEFAULT_CASES = [
+    {"algo": "no_overlap", "label": "no overlap"},
+    {"algo": "wfbp", "label": "WFBP"},
+    {"algo": "fusion", "params": {"bucket_mb": 2.0}, "label": "tensor fusion"},
+    {"algo": "mgwfbp", "params": {"profile_steps": 2}, "label": "MG-WFBP"},
+    {"algo": "bytescheduler", "params": {"partition_mb": 0.5, "credit_mb": 2.0}, "label": "ByteScheduler"},
+    {"algo": "ps", "params": {"bucket_mb": 2.0}, "label": "PS"},
+    {"algo": "ps", "params": {"bucket_mb": 2.0, "partition_mb": 0.25}, "label": "PS + partition"},
+    {"algo": "ddp", "params": {"bucket_mb": 2.0}, "label": "DDP"},
+    {"algo": "dear", "params": {"threshold_mb": 2.0}, "label": "DeAR"},
+]
+
+
+# ---------------------------------------------------------------------- the per-rank loop
+def train_steps(algo: Any, net: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]], start: int, steps: int) -> None:
+    """`steps` iterations of distsgd.train's loop (same hook order) on batches(step)."""
+    for step in range(start, start + steps):
+        x, y = batches(step)
+        algo.before_forward(step)
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+        algo.after_backward(step)
+        algo.optimizer_step(step)
+        algo.after_step(step)
+
+
+def synthetic_batches(shape: tuple[int, ...], batch_size: int,
+                      seed: int) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """Deterministic random batches per (seed, step): the compute, not the data, matters here."""
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        return (torch.randn(batch_size, *shape, generator=g),
+                torch.randint(0, NUM_CLASSES, (batch_size,), generator=g))
+    return batch
+
+
+@dataclass
+class Case:
+    """One timed configuration: a model, an algorithm with its parameters, a network."""
+
+    model: str
+    algo: str                               # a registered algorithm, or "compute" (no communication)
+    params: dict[str, Any] = field(default_factory=dict)
+    net: str = ""
+    label: str = ""
+    net_name: str = ""
+
+
+def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int) -> float:
+    """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean)."""
+    from .algorithms import Algorithm, create
+    from .comm import Comm, parse_net
+    from .config import Config
+    from .models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(case.model, INPUT_SHAPES[case.model], NUM_CLASSES, **MODEL_OPTIONS[case.model])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    comm = Comm(rank, world, torch.device("cpu"), parse_net(case.net))
+    algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
+    config = Config(algo="ssgd" if case.algo == "compute" else case.algo, params=case.params,
+                    model=case.model, nproc=world, batch_size=batch_size, momentum=0.9, net=case.net)
+    net = algo.setup(model, optimizer, comm, config)
+    batches = synthetic_batches(INPUT_SHAPES[case.model], batch_size, seed=rank)
+    net.train()
+    train_steps(algo, net, optimizer, batches, 0, warmup)
+    comm.barrier()
+    t0 = time.perf_counter()
+    train_steps(algo, net, optimizer, batches, warmup, steps)
+    algo.finalize()
+    elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64)
+    comm.assert_drained()
+    return comm.reduce_uncounted(elapsed, op="max").item()
+
+
+def grad_bytes(model: str) -> int:
+    """Bytes of the gradient of a benchmark model."""
+    from .models import build_model
+    m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
+    return sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad)
+
+
+def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency_ratio: float) -> str:
+    """The network on which the all-reduce of `nbytes` over p ranks (NetModel.cost('all_reduce')
+    = 2(p-1)*alpha + 2(p-1)/p*n/B) has a bandwidth term of comm_ratio x compute_s and a latency
+    term of latency_ratio x compute_s, as a --net string ('<Mbit>Mbit,<us>us')."""
+    bandwidth = 2 * (p - 1) / p * nbytes / (comm_ratio * compute_s)          # bytes / s
+    alpha = latency_ratio * compute_s / (2 * (p - 1))
+    return f"{bandwidth * 8 / 1e6:.4g}Mbit,{alpha * 1e6:.4g}us"
+
+
+# ---------------------------------------------------------------------- worker groups
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, queue) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo")
+        out = fn(rank, world, *args)
+        dist.destroy_process_group()
+        queue.put((rank, True, out))
+    except BaseException:
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900) -> Any:
+    """fn(rank, world, *args) on `world` fresh gloo processes; rank 0's return value."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, fn, args, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    try:
+        for _ in range(world):
+            rank, ok, value = queue.get(timeout=timeout)
+            if not ok:
+                raise RuntimeError(f"bench rank {rank} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return results[0]
+
+
+# ---------------------------------------------------------------------- the benchmark
+def _bench_group(rank: int, world: int, models: list[str], cases: list[dict], networks: dict,
+                 batch_size: int, steps: int, warmup: int, repeats: int,
+                 net_reference: str | None) -> list[dict]:
+    """On one group of ranks: measure compute per model, scale the networks to it (or to the
+    model `net_reference`, then the same network for every model), then time every case and the
+    compute-only baseline, `repeats` rounds, each in a different (seeded, rank-independent) order."""
+    compute = {m: statistics.median(time_case(Case(m, "compute"), rank, world, batch_size, steps, warmup)
+                                    for _ in range(2)) for m in models}
+    nets: dict[tuple[str, str], str] = {}
+    for model in models:
+        ref = net_reference or model
+        c = compute[ref] if ref in compute else statistics.median(
+            time_case(Case(ref, "compute"), rank, world, batch_size, steps, warmup) for _ in range(2))
+        for name, (ratio, latency_ratio) in networks.items():
+            nets[model, name] = scaled_net(c, grad_bytes(ref), world, ratio, latency_ratio)
+    todo = [Case(model, c["algo"], c.get("params", {}), nets[model, name], c.get("label", c["algo"]), name)
+            for model in models for name in networks for c in cases]
+    todo += [Case(model, "compute", {}, "", "compute", "none") for model in models]
+    rows = []
+    for r in range(repeats):
+        order = list(todo)
+        random.Random(r).shuffle(order)
+        for case in order:
+            extra = next((c.get("warmup", 0) for c in cases
+                          if c["algo"] == case.algo and c.get("params", {}) == case.params), 0)
+            t = time_case(case, rank, world, batch_size, steps, warmup + extra)
+            rows.append(dict(model=case.model, label=case.label, algo=case.algo, params=str(case.params),
+                             nproc=world, net_name=case.net_name, net=case.net, repeat=r, step_s=t,
+                             grad_bytes=grad_bytes(case.model)))
+    return rows
+
+
+def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Iterable[dict] | None = None,
+                    nprocs: Iterable[int] = (2, 4), networks: dict[str, tuple[float, float]] | None = None,
+                    batch_size: int = 16, steps: int = 8, warmup: int = 3, repeats: int = 3,
+                    net_reference: str | None = None, out: str | Path | None = None) -> pd.DataFrame:
+    """Time every case on every model, p and network. A case is a dict: algo, params, label, and
+    optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). Returns (and writes to
+    the CSV `out`) one tidy row per measurement: model, label, algo, params, nproc, net_name, net,
+    repeat, step_s, grad_bytes, compute_s (median compute-only step time of that model and p),
+    efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
+    labelled 'compute' are the no-communication baseline (net_name 'none')."""
+    cases = list(cases or DEFAULT_CASES)
+    networks = dict(networks or NETWORKS)
+    models = list(models)
+    rows = []
+    for p in nprocs:
+        rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,
+                         net_reference)
+    df = pd.DataFrame(rows)
+    base = df[df.algo == "compute"].groupby(["model", "nproc"]).step_s.median()
+    df["compute_s"] = [base[(m, p)] for m, p in zip(df.model, df.nproc)]
+    df["efficiency"] = df.compute_s / df.step_s
+    df["throughput"] = df.nproc * batch_size / df.step_s
+    df["batch_size"] = batch_size
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out, index=False)
+    return df
+
+
+def medians(df: pd.DataFrame) -> pd.DataFrame:
+    """Median step time and throughput per (model, nproc, net_name, label) over the repeats."""
+    keys = ["model", "nproc", "net_name", "label"]
+    return (df.groupby(keys)[["step_s", "throughput", "efficiency", "compute_s", "grad_bytes"]]
+            .median().reset_index())
+
+
+def timing_noise(df: pd.DataFrame) -> float:
+    """Largest coefficient of variation (std/mean over the repeats) of the compute-only step time
+    of any model and p: how much load from other work moved the clock during the benchmark."""
+    c = df[df.label == "compute"].groupby(["model", "nproc"]).step_s
+    return float((c.std() / c.mean()).max())
+
+
+def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> list[dict]:
+    from .comm import Comm, parse_net
+    comm = Comm(rank, world, torch.device("cpu"), parse_net(net))
+    rows = []
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        for nbytes in sizes:
+            n = nbytes // 4 // world * world
+            full, shard = torch.zeros(n), torch.zeros(n // world)
+            times = []
+            for _ in range(reps):
+                comm.barrier()
+                t0 = time.perf_counter()
+                if kind == "all_reduce":
+                    comm.all_reduce(full)
+                elif kind == "reduce_scatter":
+                    comm.reduce_scatter(shard, full)
+                else:
+                    comm.all_gather(full, shard)
+                times.append(time.perf_counter() - t0)
+            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64), op="max")
+            rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
+                             modeled_s=comm.net.cost(kind, 4 * n, world)))
+    return rows
+
+
+def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[int] = (2**16, 2**20, 2**22),
+                       reps: int = 3) -> pd.DataFrame:
+    """Measured (median over `reps`, slowest rank) vs modeled time of each collective and message
+    size under the in-process emulation (`Comm` with `net`); the real-network check is
+    `python -m distsgd bench --validate-emulation`."""
+    df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps))
+    df["ratio"] = df.measured_s / df.modeled_s
+    return df

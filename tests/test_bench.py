@@ -1,0 +1,50 @@
+"""The schedule benchmark: network scaling rule, the tidy CSV of `python -m distsgd bench`,
+medians and the timing-noise gauge."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from distsgd.bench_schedules import medians, scaled_net, timing_noise
+from distsgd.comm import parse_net
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_scaled_net_gives_the_stated_comm_and_latency_share(p):
+    compute, nbytes = 0.05, 4_000_000
+    net = parse_net(scaled_net(compute, nbytes, p, comm_ratio=1.0, latency_ratio=0.015))
+    latency_term = 2 * (p - 1) * net.latency_s
+    assert latency_term == pytest.approx(0.015 * compute, rel=1e-3)
+    assert net.cost("all_reduce", nbytes, p) - latency_term == pytest.approx(compute, rel=1e-3)
+    fast = parse_net(scaled_net(compute, nbytes, p, comm_ratio=0.1, latency_ratio=0.0015))
+    assert fast.bandwidth_Bps == pytest.approx(10 * net.bandwidth_Bps, rel=1e-3)
+
+
+def test_medians_and_noise():
+    df = pd.DataFrame({"model": ["m"] * 4, "nproc": [2] * 4, "net_name": ["none", "none", "x", "x"],
+                       "label": ["compute", "compute", "a", "a"], "step_s": [1.0, 1.2, 2.0, 4.0],
+                       "throughput": [1, 1, 1, 1], "efficiency": [1, 1, .5, .25], "compute_s": [1.1] * 4,
+                       "grad_bytes": [8] * 4})
+    med = medians(df)
+    assert med.set_index("label").step_s.to_dict() == {"a": 3.0, "compute": 1.1}
+    assert timing_noise(df) == pytest.approx(pd.Series([1.0, 1.2]).std() / 1.1)
+
+
+@pytest.mark.multiproc
+def test_bench_cli_writes_a_tidy_csv(tmp_path):
+    csv = tmp_path / "bench.csv"
+    out = subprocess.run([sys.executable, "-m", "distsgd", "bench", "--models", "transformer", "--nprocs", "2",
+                          "--algos", "WFBP,DeAR", "--reps", "1", "--steps", "1", "--warmup", "1",
+                          "--batch-size", "4", "--csv", str(csv)],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    df = pd.read_csv(csv)
+    assert {"model", "label", "algo", "nproc", "net_name", "net", "repeat", "step_s", "compute_s",
+            "efficiency", "throughput", "grad_bytes"} <= set(df.columns)
+    assert set(df.label) == {"WFBP", "DeAR", "compute"}
+    assert set(df[df.label != "compute"].net_name) == {"10GbE-like", "IB-like"}
+    assert (df.step_s > 0).all() and "DeAR" in out.stdout

@@ -1,0 +1,110 @@
+"""Multi-host runs over a real network: Linux network namespaces joined by a bridge.
+
+1. torchrun across 2 hosts: each namespace runs
+   ``torchrun --nnodes 2 --node-rank i --rdzv-backend c10d --rdzv-endpoint HOST0:PORT
+   -m distsgd train --launcher env ...`` (the README's multi-node recipe) with GLOO_SOCKET_IFNAME
+   set to its veth and a shared --out (the cluster's shared file system). The merged metrics must
+   equal those of the same config run on one host (spawn, nproc 2).
+2. `distsgd.bench.validate_emulation`: collectives over 4 namespaces shaped with tc tbf vs
+   Comm's emulation at the same bandwidth (``python -m distsgd bench --validate-emulation``).
+
+Skips with the reason when not root, without iproute2 or when namespaces cannot be created.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distsgd.bench import MiB, NamespaceNetwork, NetnsUnavailable, netns_unavailable_reason
+from distsgd.bench import validate_emulation
+
+REASON = netns_unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+TRAIN = ["--algo", "local_sgd", "--set", "period=2", "--model", "mlp", "--data", "digits",
+         "--steps", "20", "--batch-size", "16", "--lr", "0.1", "--momentum", "0.9",
+         "--log-every", "5", "--eval-every", "10", "--backend", "gloo", "--no-progress"]
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+def _run_dir(out: Path) -> Path:
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    return run
+
+
+@pytest.mark.multiproc
+def test_torchrun_two_hosts_matches_one_host(tmp_path) -> None:
+    one_host = tmp_path / "one"
+    subprocess.run([sys.executable, "-m", "distsgd", "train", *TRAIN, "--nproc", "2",
+                    "--launcher", "spawn", "--out", str(one_host)], check=True, timeout=300,
+                   capture_output=True)
+
+    two_hosts = tmp_path / "two"
+    try:
+        net = NamespaceNetwork(2)
+        net.__enter__()
+    except NetnsUnavailable as exc:
+        pytest.skip(f"cannot create network namespaces: {exc}")
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(2):
+            env = {**os.environ, "GLOO_SOCKET_IFNAME": net.ifnames[i], "OMP_NUM_THREADS": "1"}
+            for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                env.pop(k, None)
+            cmd = [str(TORCHRUN), "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "1",
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{net.addr(0)}:29620",
+                   "--rdzv-id", "netns-test", "--local-addr", net.addr(i),
+                   # the endpoint is an address, not this host's name: say who serves the store
+                   "--rdzv-conf", f"is_host={int(i == 0)}",
+                   "-m", "distsgd", "train", "--launcher", "env", *TRAIN, "--out", str(two_hosts)]
+            procs.append(subprocess.Popen(net.command(i, cmd), env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        logs = []
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            logs.append(out)
+        assert all(p.returncode == 0 for p in procs), "\n----\n".join(s[-3000:] for s in logs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        net.__exit__()
+
+    a, b = _run_dir(one_host), _run_dir(two_hosts)
+    assert a.name == b.name                                  # the same config (hash)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sb["nproc"] == 2
+    ma, mb = pd.read_csv(a / "metrics.csv"), pd.read_csv(b / "metrics.csv")
+    cols = ["step", "train_loss", "test_loss", "test_acc", "bytes_sent"]
+    cols = [c for c in cols if c in ma.columns]
+    pd.testing.assert_frame_equal(ma[cols], mb[cols], check_exact=False, rtol=1e-6)
+    for key in ("final_train_loss", "final_test_loss", "final_test_acc", "comm_bytes"):
+        assert sb[key] == pytest.approx(sa[key], rel=1e-6)
+
+
+@pytest.mark.multiproc
+def test_emulation_matches_shaped_network() -> None:
+    """p = 4 hosts at 200 Mbit, 1 and 8 MiB: all-reduce and all-gather agree within 15%.
+
+    gloo's reduce-scatter is not the ring the model (and NCCL) uses: over the shaped network it
+    takes as long as an all-reduce of the same input (measured 0.55 s vs 0.54 s at 8 MiB), twice
+    the model's ring reduce-scatter. The test records that instead of hiding it."""
+    try:
+        rows = validate_emulation(p=4, bandwidth="200Mbit", sizes=(MiB, 8 * MiB), reps=3)
+    except NetnsUnavailable as exc:
+        pytest.skip(f"cannot create network namespaces: {exc}")
+    by = {(r["kind"], r["MiB"]): r for r in rows}
+    for kind in ("all_reduce", "all_gather"):
+        for mib in (1.0, 8.0):
+            r = by[(kind, mib)]
+            assert r["ok"], f"{kind} {mib} MiB: shaped {r['shaped_s']:.3f} s vs emulated " \
+                            f"{r['emulated_s']:.3f} s ({r['rel_diff']:+.1%})"
+    rs, ar = by[("reduce_scatter", 8.0)], by[("all_reduce", 8.0)]
+    assert rs["shaped_s"] == pytest.approx(ar["shaped_s"], rel=0.25)   # gloo: all-reduce's cost

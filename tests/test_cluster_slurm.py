@@ -1,0 +1,228 @@
+"""The SLURM templates on a real single-node SLURM cluster started by this test.
+
+The fixture installs Debian's slurm-wlm and munge when `sbatch` is missing (apt-get, ~10 s),
+writes a private slurm.conf (its own ports, spool and state directories under a temporary
+directory; ``SLURM_CONF`` points the clients at it), starts munged (unless one already answers),
+slurmctld and slurmd, and stops what it started when the module's tests are done. The recipe is
+the one in ../shared/ENVIRONMENT.md. Skips with the reason when not root or without apt-get.
+
+Then, as a user would (README, "On a cluster"):
+- ``PROFILE=quick ONLY=00 sbatch reproduce/slurm/papermill.sbatch``: the executed notebook, its
+  figures, claims table and summary.csv must exist and the notebook must have run;
+- ``BACKEND=gloo GPUS_PER_NODE=2 sbatch --gpus-per-node=0 reproduce/slurm/train.sbatch ...``:
+  srun starts torchrun, which starts 2 ranks; the run's summary must say 2 ranks.
+
+The notebook job writes its runs to the repository's results/ (the default), where the
+notebook tests of `make test` then find and reuse them, so CI pays for notebook 00 once.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SLURMCTLD_PORT, SLURMD_PORT = 16817, 16818  # not the defaults: leave any real cluster alone
+JOB_TIMEOUT_S = 600
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the SLURM test installs and starts slurmctld/slurmd/munged: needs root"
+    if shutil.which("sbatch") is None and shutil.which("apt-get") is None:
+        return "SLURM is not installed and apt-get is not available to install it"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+
+
+def _sh(*cmd: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def install_slurm() -> None:
+    """apt-get install slurm-wlm and munge, unless sbatch is already there."""
+    if shutil.which("sbatch") and shutil.which("slurmd") and shutil.which("munged"):
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    _sh("apt-get", "update", timeout=300, env=env)
+    _sh("apt-get", "install", "-y", "slurm-wlm", "munge", timeout=600, env=env)
+
+
+def _munge_works() -> bool:
+    try:
+        cred = subprocess.run(["munge", "-n"], capture_output=True, timeout=10)
+        if cred.returncode:
+            return False
+        return subprocess.run(["unmunge"], input=cred.stdout, capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def start_munge() -> int | None:
+    """Start munged as user munge unless one already answers; its pid if this started it."""
+    if _munge_works():
+        return None
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        _sh("mungekey", "--create", "--keyfile", str(key))
+    shutil.chown(key, "munge", "munge")
+    key.chmod(0o400)
+    Path("/run/munge").mkdir(parents=True, exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    _sh("runuser", "-u", "munge", "--", "/usr/sbin/munged")
+    _wait(_munge_works, 20, "munged did not answer")
+    return int(Path("/run/munge/munged.pid").read_text())
+
+
+def slurm_conf(root: Path, host: str) -> str:
+    """A one-node cluster: controller and node on 127.0.0.1, state under `root`."""
+    cpus = os.cpu_count() or 1
+    return f"""\
+ClusterName=distsgdtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={SLURMCTLD_PORT}
+SlurmdPort={SLURMD_PORT}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise TimeoutError(what)
+
+
+def _stop_pidfile(path: Path) -> None:
+    if path.exists():
+        try:
+            os.kill(int(path.read_text().strip()), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A running single-node SLURM; yields the environment for its clients (SLURM_CONF)."""
+    install_slurm()
+    root = tmp_path_factory.mktemp("slurm")
+    for d in ("state", "spool"):
+        (root / d).mkdir()
+    host = socket.gethostname().split(".")[0]
+    conf = root / "slurm.conf"
+    conf.write_text(slurm_conf(root, host))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    munged = start_munge()
+    try:
+        _sh("slurmctld", env=env)
+        _sh("slurmd", "-N", host, env=env)
+
+        def idle() -> bool:
+            out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
+            return out.returncode == 0 and out.stdout.strip() == "idle"
+
+        _wait(idle, 60, f"the SLURM node did not become idle; see {root}/slurm*.log")
+        yield env
+    finally:
+        _stop_pidfile(root / "slurmd.pid")
+        _stop_pidfile(root / "slurmctld.pid")
+        if munged is not None:
+            os.kill(munged, signal.SIGTERM)
+
+
+def sbatch(env: dict[str, str], log: Path, *args: str) -> str:
+    """Submit from the repository root, wait for the job; return its log (fails on a bad exit)."""
+    try:
+        proc = subprocess.run(["sbatch", "--wait", f"--output={log}", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["scancel", "--name", "distsgd-reproduce", "--name", "distsgd-train"],
+                       env=env)
+        raise
+    text = log.read_text() if log.exists() else ""
+    assert proc.returncode == 0, f"sbatch {args}: {proc.stdout}{proc.stderr}\njob log:\n{text}"
+    return text
+
+
+def test_papermill_template_runs_notebook_00(slurm, tmp_path) -> None:
+    env = {**slurm, "PROFILE": "quick", "ONLY": "00"}
+    env.pop("DISTSGD_RESULTS", None)      # the repository's results/, reused by the notebook tests
+    runs, figures = tmp_path / "runs", tmp_path / "figures"
+    log = sbatch(env, tmp_path / "papermill.out", "reproduce/slurm/papermill.sbatch",
+                 "--out", str(runs), "--figures-dir", str(figures))
+    assert "profile quick" in log and "all 1 notebook(s) ran" in log, log
+    executed = runs / "00_baselines.ipynb"
+    assert executed.exists()
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    assert all(c["execution_count"] is not None for c in cells), "a cell was not executed"
+    with open(runs / "summary.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["notebook"] == "00_baselines" and row["status"] == "ok"
+    assert int(row["claims_total"]) > 0
+    assert list((figures / "00_baselines").glob("*.png")), "no figures written"
+    assert (figures / "00_baselines" / "claims.csv").exists()
+
+
+def test_train_template_two_ranks(slurm, tmp_path) -> None:
+    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2"}
+    out = tmp_path / "train"
+    log = sbatch(env, tmp_path / "train.out", "--nodes=1", "--gpus-per-node=0",
+                 "--cpus-per-task=1", "reproduce/slurm/train.sbatch",
+                 "--algo", "ssgd", "--model", "mlp", "--data", "digits", "--steps", "20",
+                 "--eval-every", "10", "--no-progress", "--out", str(out))
+    assert "1 node(s) x 2 rank(s), backend gloo" in log, log
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["nproc"] == 2 and summary["steps"] == 20
+    assert summary["collectives"] > 0
+
+
+def test_plain_srun_two_tasks(slurm, tmp_path) -> None:
+    """`srun -n 2 python -m distsgd train --launcher env`: ranks from SLURM's variables."""
+    out = tmp_path / "srun"
+    env = {k: v for k, v in slurm.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run(["srun", "--ntasks=2", "--cpus-per-task=1", "--overcommit",
+                           sys.executable, "-m", "distsgd", "train", "--launcher", "env",
+                           "--backend", "gloo", "--algo", "local_sgd", "--set", "period=2",
+                           "--steps", "10", "--eval-every", "5", "--no-progress", "--json",
+                           "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["nproc"] == 2 and summary["collectives"] > 0
