@@ -56,7 +56,7 @@ def _collectives(rank, world):
     b = torch.full((5,), float(rank))
     comm.broadcast(b, src=world - 1)
     sub = comm.split_groups([[0, 1], [2, 3]])
-    y = torch.ones(10)
+    y = torch.full((10,), float(rank + 1))
     comm.all_reduce(y, group=sub)
     out = dict(avg=x[0].item(), shard=shard.tolist(), gathered=gathered.tolist(), bcast=b.tolist(),
                sub=y[0].item(), totals=comm.ledger.totals(),
@@ -76,7 +76,7 @@ def test_collectives_results_and_ledger_bytes():
         assert o["shard"] == pytest.approx([coeff * i for i in range(lo, lo + n // world)])
         assert o["gathered"] == [float(r) for r in range(world) for _ in range(3)]
         assert o["bcast"] == [float(world - 1)] * 5
-        assert o["sub"] == 2.0
+        assert o["sub"] == (3.0 if rank < 2 else 7.0)        # only the group's ranks: 1+2, 3+4
         nbytes = 4 * n
         assert o["sent"] == [
             ("all_reduce", "global", round(2 * (world - 1) / world * nbytes)),

@@ -16,6 +16,15 @@ def _model(result) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.multiproc
+def test_kavg_with_period_1_is_ssgd():
+    cfg = dict(SMALL, momentum=0.9)
+    ssgd = distsgd.run(algo="ssgd", **cfg)
+    kavg = distsgd.run(algo="kavg", params={"period": 1}, **cfg)
+    for k, v in _model(ssgd).items():
+        torch.testing.assert_close(_model(kavg)[k], v, msg=k)
+
+
+@pytest.mark.multiproc
 def test_kavg_is_local_sgd_and_momentum_changes_it():
     cfg = dict(SMALL, momentum=0.9)
     local = distsgd.run(algo="local_sgd", params={"period": 4}, **cfg)

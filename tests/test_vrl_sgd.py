@@ -111,3 +111,43 @@ def test_bad_vrl_config(fields, field):
     cfg = dict(dict(algo="vrl_sgd", nproc=2), **fields)
     with pytest.raises(ConfigError, match=field):
         distsgd.Config(**cfg).validate()
+
+
+def _same_data_on_every_rank(rank: int, world: int, algo_name: str, steps: int) -> list:
+    """Train with `algo_name` (period 4) where every rank draws the SAME batches; return the model."""
+    import torch.distributed as dist
+
+    from distsgd.algorithms import create
+    from distsgd.comm import Comm
+    from distsgd.config import Config
+
+    dist.init_process_group("gloo")
+    comm = Comm(rank, world, torch.device("cpu"))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    algo = create(algo_name, {"period": 4})
+    algo.setup(model, opt, comm, Config(algo=algo_name))
+    g = torch.Generator().manual_seed(7)                     # not rank-dependent
+    for step in range(steps):
+        x = torch.randn(16, 5, generator=g)
+        y = x.sum(1, keepdim=True)
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        algo.after_backward(step)
+        opt.step()
+        algo.after_step(step)
+    algo.finalize()
+    out = [p.detach().reshape(-1).tolist() for p in model.parameters()]
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.multiproc
+def test_identical_data_on_every_rank_makes_vrl_sgd_local_sgd():
+    """With the same data everywhere the local models never drift apart, Delta stays 0, and
+    VRL-SGD is local SGD."""
+    vrl = run_ranks(_same_data_on_every_rank, 2, "vrl_sgd", 10)
+    local = run_ranks(_same_data_on_every_rank, 2, "local_sgd", 10)
+    for a, b in zip(vrl[0], local[0]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b))
