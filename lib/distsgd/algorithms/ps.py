@@ -33,7 +33,7 @@ from ..errors import ConfigError
 from .base import Param
 from .buckets import Bucket, make_buckets
 from .registry import register
-from .schedules import _AllReduceSchedule
+from .ssgd import BucketedAllReduce
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -72,7 +72,7 @@ class _PSBucket:
 
 
 @register
-class PS(_AllReduceSchedule):
+class PS(BucketedAllReduce):
     name = "ps"
     summary = "parameter server over collectives: push = reduce-scatter to server shards, pull = all-gather"
     params = (

@@ -29,59 +29,18 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .base import Algorithm, Param
+from .base import Param
 from .buckets import Bucket, group_sizes, make_buckets
 from .registry import register
+from .ssgd import BucketedAllReduce
 
 if TYPE_CHECKING:
     from ..comm import Comm
     from ..config import Config
 
 
-class _AllReduceSchedule(Algorithm):
-    """Gradient all-reduce in buckets (planned by `plan`), launched from gradient hooks when a
-    bucket is full (`overlap`) or all after backward; averaged gradients, then optimizer.step()."""
-
-    overlap = True
-
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.backward_order = list(reversed([p for p in model.parameters() if p.requires_grad]))
-        self.set_buckets(self.plan())
-        for p in self.backward_order:
-            p.register_post_accumulate_grad_hook(self._grad_ready)
-        return model
-
-    def plan(self) -> list[Bucket]:
-        raise NotImplementedError
-
-    def set_buckets(self, buckets: list[Bucket]) -> None:
-        self.buckets = buckets
-        self.bucket_of = {p: b for b in buckets for p in b.params}
-
-    def _grad_ready(self, p: torch.nn.Parameter) -> None:
-        bucket = self.bucket_of[p]
-        bucket.ready += 1
-        if self.overlap and bucket.ready == len(bucket.params):
-            self._launch(bucket)
-
-    def _launch(self, bucket: Bucket) -> None:
-        bucket.pack()
-        bucket.handle = self.comm.all_reduce(bucket.buffer, op="avg", async_op=True)
-
-    def after_backward(self, step: int) -> None:
-        for bucket in self.buckets:
-            if bucket.handle is None:          # no overlap, or a parameter without gradient
-                self._launch(bucket)
-        for bucket in self.buckets:
-            bucket.handle.wait()
-            bucket.unpack()
-            bucket.handle, bucket.ready = None, 0
-
-
 @register
-class NoOverlap(_AllReduceSchedule):
+class NoOverlap(BucketedAllReduce):
     name = "no_overlap"
     summary = "S-SGD without overlap: fused gradient all-reduces after backward"
     params = (Param("bucket_mb", 25.0, "fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),)
@@ -92,7 +51,7 @@ class NoOverlap(_AllReduceSchedule):
 
 
 @register
-class WFBP(_AllReduceSchedule):
+class WFBP(BucketedAllReduce):
     name = "wfbp"
     summary = "wait-free backpropagation: one all-reduce per tensor as soon as its gradient is ready"
 
@@ -101,7 +60,7 @@ class WFBP(_AllReduceSchedule):
 
 
 @register
-class TensorFusion(_AllReduceSchedule):
+class TensorFusion(BucketedAllReduce):
     name = "fusion"
     summary = "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced when full"
     params = (Param("bucket_mb", 25.0, "fusion threshold in MB", lambda v: v > 0, "a number > 0"),)
@@ -150,7 +109,7 @@ def mgwfbp_merge(ready: list[float], sizes: list[float],
 
 
 @register
-class MGWFBP(_AllReduceSchedule):
+class MGWFBP(BucketedAllReduce):
     name = "mgwfbp"
     summary = "merged-gradient WFBP: merge consecutive tensors to minimise the modeled finish time"
     params = (Param("profile_steps", 3, "steps of per-tensor all-reduce whose gradient-ready times "

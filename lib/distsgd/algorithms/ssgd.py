@@ -26,29 +26,32 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
-@register
-class SSGD(Algorithm):
-    name = "ssgd"
-    summary = "synchronous SGD: bucketed gradient all-reduce every step, overlapped with backward"
-    params = (
-        Param("bucket_mb", 25.0, "tensor-fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
-        Param("overlap", True, "launch each bucket's all-reduce from backward hooks as soon as it is full"),
-    )
+class BucketedAllReduce(Algorithm):
+    """Gradient all-reduce in buckets (planned by `plan`), launched from gradient hooks when a
+    bucket is full (`overlap`) or all after backward; averaged gradients, then optimizer.step()."""
+
+    overlap = True
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
               config: "Config") -> torch.nn.Module:
         super().setup(model, optimizer, comm, config)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        self.buckets = make_buckets(list(reversed(trainable)), self.p["bucket_mb"] * 2**20)
-        if self.p["overlap"]:
-            for bucket in self.buckets:
-                for p in bucket.params:
-                    p.register_post_accumulate_grad_hook(lambda _p, b=bucket: self._grad_ready(b))
+        self.backward_order = list(reversed([p for p in model.parameters() if p.requires_grad]))
+        self.set_buckets(self.plan())
+        for p in self.backward_order:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
         return model
 
-    def _grad_ready(self, bucket: Bucket) -> None:
+    def plan(self) -> list[Bucket]:
+        raise NotImplementedError
+
+    def set_buckets(self, buckets: list[Bucket]) -> None:
+        self.buckets = buckets
+        self.bucket_of = {p: b for b in buckets for p in b.params}
+
+    def _grad_ready(self, p: torch.nn.Parameter) -> None:
+        bucket = self.bucket_of[p]
         bucket.ready += 1
-        if bucket.ready == len(bucket.params):
+        if self.overlap and bucket.ready == len(bucket.params):
             self._launch(bucket)
 
     def _launch(self, bucket: Bucket) -> None:
@@ -63,3 +66,21 @@ class SSGD(Algorithm):
             bucket.handle.wait()
             bucket.unpack()
             bucket.handle, bucket.ready = None, 0
+
+
+@register
+class SSGD(BucketedAllReduce):
+    name = "ssgd"
+    summary = "synchronous SGD: bucketed gradient all-reduce every step, overlapped with backward"
+    params = (
+        Param("bucket_mb", 25.0, "tensor-fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
+        Param("overlap", True, "launch each bucket's all-reduce from backward hooks as soon as it is full"),
+    )
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        self.overlap = self.p["overlap"]
+        return super().setup(model, optimizer, comm, config)
+
+    def plan(self) -> list[Bucket]:
+        return make_buckets(self.backward_order, self.p["bucket_mb"] * 2**20)
