@@ -89,7 +89,7 @@ def test_image_models_reject_unusable_shapes():
 
 def test_unknown_model_names_the_model_field():
     with pytest.raises(ConfigError) as err:
-        build_model("transformer", DIGITS, 10)
+        build_model("gpt", DIGITS, 10)
     assert err.value.field == "model" and "resnet18" in str(err.value)
 
 
@@ -100,4 +100,4 @@ def test_unknown_model_option_is_rejected():
 
 
 def test_all_models_are_listed():
-    assert MODELS == ("logistic", "mlp", "cnn", "resnet18", "resnet50", "vgg16")
+    assert MODELS == ("logistic", "mlp", "cnn", "resnet18", "resnet50", "vgg16", "transformer")

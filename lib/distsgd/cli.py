@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--algo", default=d.algo, help="algorithm (see `list`)")
     t.add_argument("--set", dest="params", action="append", default=[], metavar="KEY=VALUE",
                    help="an algorithm parameter, repeatable (e.g. --set period=8)")
-    t.add_argument("--model", default=d.model, help="logistic, mlp, cnn, resnet18, resnet50, vgg16")
+    t.add_argument("--model", default=d.model, help="logistic, mlp, cnn, resnet18, resnet50, vgg16, transformer")
     t.add_argument("--model-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, repeatable (e.g. --model-opt hidden=[512,512])")
     t.add_argument("--dropit-gamma", type=float, default=d.dropit_gamma,
