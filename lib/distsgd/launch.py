@@ -3,21 +3,28 @@
 Two ways, one code path for the workers (`distsgd.train.run_worker`, which reads the
 torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
 
-- spawn (a laptop, one GPU box, a notebook kernel): start `nproc` processes
-  `python -m distsgd worker RUN_DIR` on this machine, each with one intra-op thread on CPU
-  (as torchrun sets OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker
-  fails, the others are stopped at once and `WorkerError` names the rank and its traceback.
+- spawn (a laptop, one GPU box, a notebook kernel): start `nproc` worker processes on this
+  machine, each running what `python -m distsgd worker RUN_DIR` runs (`cli.cmd_worker`) with the
+  torchrun variables in its environment, one intra-op thread on CPU (as torchrun sets
+  OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker fails, the others are
+  stopped at once and `WorkerError` names the rank and its traceback. The workers are forked
+  from a multiprocessing *forkserver* that has imported torch and the library once (neither
+  CUDA nor any thread pool is started there), so a run does not pay torch's import (seconds of
+  CPU) per rank; a notebook that starts dozens of runs keeps one forkserver.
 - env (torchrun or srun on a cluster): this process already is one rank; run it in place.
   torchrun does the supervising there.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
+import types
+from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
+from typing import Iterator
 from pathlib import Path
 
 from .config import Config
@@ -25,6 +32,7 @@ from .errors import ConfigError, WorkerError
 from .train import PROGRESS_ENV
 
 ERROR_FILE = "error_rank{rank}.txt"
+PRELOAD = ["distsgd.cli", "distsgd.train", "distsgd.algorithms", "distsgd.models", "distsgd.data"]
 
 
 def launcher_for(config: Config) -> str:
@@ -71,23 +79,56 @@ def spawn(config: Config, run_dir: Path) -> None:
     ranks_dir = run_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    procs: list[subprocess.Popen] = []
-    logs = []
+    ctx = _forkserver()
+    procs: list[BaseProcess] = []
     try:
         for rank in range(config.nproc):
-            log = open(ranks_dir / f"rank{rank}.log", "w")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "distsgd", "worker", str(run_dir)],
-                env=worker_env(rank, config.nproc, port, gpus), stdout=log, stderr=subprocess.STDOUT))
+            procs.append(ctx.Process(target=_worker, name=f"distsgd-rank{rank}", args=(
+                str(run_dir), worker_env(rank, config.nproc, port, gpus), str(ranks_dir / f"rank{rank}.log"))))
+            with _bare_main():
+                procs[-1].start()
         _supervise(procs, run_dir, config)
     finally:
         _stop(procs)
-        for log in logs:
-            log.close()
 
 
-def _supervise(procs: list[subprocess.Popen], run_dir: Path, config: Config) -> None:
+def _forkserver() -> multiprocessing.context.BaseContext:
+    """The multiprocessing context whose server process has imported `PRELOAD`."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+@contextmanager
+def _bare_main() -> Iterator[None]:
+    """Hide the caller's `__main__` while a worker starts. multiprocessing would otherwise re-run
+    the caller's script in the worker (its "main module" preparation), so a plain script calling
+    `distsgd.run` without an `if __name__ == "__main__"` guard would start runs recursively. The
+    workers need nothing from `__main__`."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _worker(run_dir: str, env: dict[str, str], log: str) -> None:
+    """One rank, in a process forked from the forkserver: this run's environment (the server's
+    is from when it started), output to the rank's log, then `python -m distsgd worker`'s body."""
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from .cli import cmd_worker
+    sys.exit(cmd_worker(Path(run_dir)))
+
+
+def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
     bar = None
     if config.progress:
         from tqdm.auto import tqdm
@@ -95,7 +136,7 @@ def _supervise(procs: list[subprocess.Popen], run_dir: Path, config: Config) -> 
     progress = run_dir / "ranks" / "progress"
     try:
         while True:
-            codes = [p.poll() for p in procs]
+            codes = [p.exitcode for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 _stop(procs)
@@ -136,15 +177,14 @@ def _cause(run_dir: Path, rank: int, code: int | None) -> str:
     return f"process {status}; last output:\n{tail}"
 
 
-def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+def _stop(procs: list[BaseProcess], grace_s: float = 5.0) -> None:
     """Terminate the workers still running; kill them if they ignore SIGTERM."""
-    alive = [p for p in procs if p.poll() is None]
+    alive = [p for p in procs if p.exitcode is None]
     for p in alive:
-        p.send_signal(signal.SIGTERM)
+        p.terminate()
     deadline = time.time() + grace_s
     for p in alive:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.time()))
-        except subprocess.TimeoutExpired:
+        p.join(timeout=max(0.0, deadline - time.time()))
+        if p.exitcode is None:
             p.kill()
-            p.wait()
+            p.join()
