@@ -125,3 +125,17 @@ def test_cli_train_list_and_errors(tmp_path):
     for name, cls in REGISTRY.items():
         assert f"  {name:<15} {cls.summary}" in listing.stdout
     assert "period = 4" in listing.stdout and "bucket_mb = 25.0" in listing.stdout
+
+
+@pytest.mark.multiproc
+def test_a_script_without_main_guard_runs_once(tmp_path):
+    """The workers are forked from a forkserver; the caller's script must not be re-run in them
+    (multiprocessing's main-module preparation), or an unguarded script would recurse."""
+    script = tmp_path / "plain.py"
+    script.write_text("import distsgd\n"
+                      f"r = distsgd.run(algo='ssgd', model='logistic', data='digits', nproc=2, steps=3, "
+                      f"out={str(tmp_path / 'out')!r}, progress=False)\n"
+                      "print('RUNS', len(list(r.path.parent.iterdir())))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("RUNS") == 1 and "RUNS 1" in proc.stdout, proc.stdout

@@ -139,8 +139,11 @@ def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
             codes = [p.exitcode for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
+                time.sleep(0.5)                     # let a peer's death (its exit code) arrive too
+                codes = [p.exitcode for p in procs]
+                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
                 _stop(procs)
-                rank = _first_failure(run_dir, failed)
+                rank = _first_failure(run_dir, failed, codes)
                 raise WorkerError(rank, _cause(run_dir, rank, codes[rank]))
             if all(c == 0 for c in codes):
                 return
@@ -157,14 +160,17 @@ def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
             bar.close()
 
 
-def _first_failure(run_dir: Path, failed: list[int]) -> int:
-    """The rank that failed first (earliest error file), the root cause; others often fail
-    afterwards only because their peer vanished."""
-    stamped = []
-    for rank in failed:
-        f = run_dir / "ranks" / ERROR_FILE.format(rank=rank)
-        stamped.append((f.stat().st_mtime if f.exists() else float("inf"), rank))
-    return min(stamped)[1]
+def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) -> int:
+    """The rank that failed first, the root cause; the others often fail afterwards only because
+    their peer vanished. A rank killed by a signal (it could write no error file) is taken first,
+    then the earliest error file."""
+    def error_file(rank: int) -> Path:
+        return run_dir / "ranks" / ERROR_FILE.format(rank=rank)
+
+    killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(r).exists()]
+    if killed:
+        return killed[0]
+    return min(failed, key=lambda r: error_file(r).stat().st_mtime if error_file(r).exists() else float("inf"))
 
 
 def _cause(run_dir: Path, rank: int, code: int | None) -> str:
