@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+import distsgd
 from distsgd.data import DATASETS, TensorSource, load_data, parse_partition, partition
 from distsgd.data.cifar import PAD
+from distsgd.data.synthetic import lsq_gradient_diversity
 from distsgd.errors import ConfigError
 
 CPU = torch.device("cpu")
@@ -116,6 +118,84 @@ def test_synthetic_lsq_is_regression_with_binned_labels():
 def test_synthetic_bad_options(options):
     with pytest.raises(ConfigError):
         load_data("synthetic-lsq", **options)
+
+
+def zeta2_by_autograd(src, parts):
+    """ζ² = (1/N) Σ_i ||∇f_i(θ*) − ∇f(θ*)||², independently of the library: θ* from a pooled
+    least-squares fit (equal parts, so the minimizer of the mean of the f_i), gradients of the
+    trainer's loss (F.mse_loss of a Linear model) by autograd."""
+    x, y = src.train_x.double(), src.train_y.double()
+    a = torch.cat([x, torch.ones(len(x), 1, dtype=torch.float64)], 1)
+    theta = torch.linalg.lstsq(a, y.unsqueeze(1)).solution.squeeze(1)
+    grads = []
+    for p in parts:
+        model = torch.nn.Linear(x.shape[1], 1).double()
+        with torch.no_grad():
+            model.weight.copy_(theta[:-1].unsqueeze(0))
+            model.bias.copy_(theta[-1:])
+        torch.nn.functional.mse_loss(model(x[p]).reshape(-1), y[p]).backward()
+        grads.append(torch.cat([model.weight.grad.reshape(-1), model.bias.grad]))
+    g = torch.stack(grads)
+    return float((g - g.mean(0)).pow(2).sum(1).mean())
+
+
+def test_synthetic_lsq_shift_zeta2_is_4_shift_squared():
+    shifts = [0.0, 0.5, 1.0, 2.0]
+    zeta = []
+    for shift in shifts:
+        src = load_data("synthetic-lsq-shift", n=8192, d=8, noise=0.0, groups=4, shift=shift)
+        parts = partition(src.train_labels, 4, "shards", seed=0)
+        assert [src.train_labels[p].unique().tolist() for p in parts] == [[0], [1], [2], [3]]
+        zeta.append(zeta2_by_autograd(src, parts))
+        measured = lsq_gradient_diversity(src.train_x, src.train_y, parts)
+        assert measured == pytest.approx(zeta[-1], rel=1e-6, abs=1e-12)
+    assert zeta[0] < 1e-10                                   # one problem for every rank
+    assert all(a < b for a, b in zip(zeta, zeta[1:]))
+    for shift, z in zip(shifts[1:], zeta[1:]):   # 4·shift², up to sampling error (a few %)
+        assert z == pytest.approx(4 * shift**2, rel=0.1)
+    # The diversity lives in the groups: an IID split of the same data mixes them away.
+    iid = partition(src.train_labels, 4, "iid", seed=0)
+    assert lsq_gradient_diversity(src.train_x, src.train_y, iid) < 0.05 * zeta[-1]
+
+
+def test_synthetic_lsq_shift_is_deterministic_and_shift_moves_only_targets():
+    options = dict(n=512, d=6, groups=4)
+    a = load_data("synthetic-lsq-shift", shift=1.0, seed=0, **options)
+    b = load_data("synthetic-lsq-shift", shift=1.0, seed=5, **options)
+    far = load_data("synthetic-lsq-shift", shift=2.0, **options)
+    other = load_data("synthetic-lsq-shift", shift=1.0, data_seed=1, **options)
+    assert a.task == "regression" and a.num_classes == 1 and a.input_shape == (6,)
+    for first, second in ((a.train_x, b.train_x), (a.train_y, b.train_y), (a.test_y, b.test_y)):
+        assert torch.equal(first, second)
+    assert torch.equal(a.train_labels, torch.arange(512) % 4)
+    assert torch.equal(a.train_x, far.train_x) and not torch.equal(a.train_y, far.train_y)
+    assert not torch.equal(a.train_x, other.train_x)
+
+
+@pytest.mark.parametrize("options, field", [({"shift": -1.0}, "data_options.shift"),
+                                            ({"shift": "big"}, "data_options.shift"),
+                                            ({"groups": 1}, "data_options.groups"),
+                                            ({"spread": 2}, "data_options")])
+def test_synthetic_options_fail_in_config_validation(tmp_path, options, field):
+    with pytest.raises(ConfigError) as err:
+        distsgd.run(data="synthetic-lsq-shift", data_options=options, out=str(tmp_path / "runs"))
+    assert err.value.field == field and "allowed" in str(err.value)
+    assert not (tmp_path / "runs").exists()                  # before any process started
+
+
+@pytest.mark.multiproc
+def test_synthetic_lsq_shift_trains_through_distsgd_run():
+    options = {"n": 256, "d": 4, "groups": 2}
+    r = distsgd.run(algo="ssgd", model="logistic", data="synthetic-lsq-shift", data_options=options,
+                    partition="shards", nproc=2, steps=60, batch_size=16, lr=0.1, log_every=10,
+                    eval_every=0, progress=False)
+    assert r.config.data_options == options
+    src = load_data("synthetic-lsq-shift", **options)
+    a = torch.cat([src.train_x, torch.ones(256, 1)], 1)
+    best = (a @ torch.linalg.lstsq(a, src.train_y.unsqueeze(1)).solution).squeeze(1)
+    floor, zero = [(src.train_y - p).pow(2).mean().item() for p in (best, 0 * best)]
+    # From the loss of predicting 0 most of the way down to the least-squares minimum.
+    assert floor <= r.summary["final_train_loss"] < floor + 0.1 * (zero - floor)
 
 
 # ---------------------------------------------------------------- partitions
@@ -381,5 +461,5 @@ def test_imagenet_missing_folder(tmp_path):
 
 
 def test_all_datasets_are_listed():
-    assert DATASETS == ("digits", "synthetic-logistic", "synthetic-lsq", "cifar10", "cifar100",
-                        "imagenet")
+    assert DATASETS == ("digits", "synthetic-logistic", "synthetic-lsq", "synthetic-lsq-shift",
+                        "cifar10", "cifar100", "imagenet")

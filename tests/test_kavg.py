@@ -1,4 +1,5 @@
-"""KAVG: K-step averaging, local reductions in groups, reduction momentum, optimizer state."""
+"""KAVG: K-step averaging, local reductions in groups (counted as scheduled), reduction momentum
+(mu -> 0 is plain KAVG), optimizer state."""
 from __future__ import annotations
 
 import pytest
@@ -37,18 +38,56 @@ def test_kavg_is_local_sgd_and_momentum_changes_it():
     assert any(not torch.allclose(_model(mom)[k], v) for k, v in _model(kavg).items())
 
 
+GROUPS = {"period": 4, "local_groups": 2, "local_period": 2}    # K_g = 4, K_l = 2, groups of 2
+
+
 @pytest.mark.multiproc
-def test_local_reductions_are_counted_apart_from_global_ones():
-    r = distsgd.run(algo="kavg", params={"period": 4, "local_groups": 2, "local_period": 2},
-                    **dict(SMALL, nproc=4, steps=8))
-    # per rank: global averages at steps 4, 8; local (in-group) ones at steps 2, 6
-    assert r.summary["global_reductions"] == 4 * 2
-    assert r.summary["local_reductions"] == 4 * 2
+def test_reduction_counts_in_metrics_follow_the_schedule():
+    steps, nproc = 10, 4
+    cfg = dict(SMALL, nproc=nproc, steps=steps, log_every=1)
+    r = distsgd.run(algo="kavg", params=GROUPS, **cfg)
+    # The schedule (module docstring): after step t (1-based) a global average if t % K_g == 0,
+    # else a local one if t % K_l == 0; finalize() adds a last global average when local steps
+    # were taken since the last one (here steps 9 and 10). Counts in metrics are summed over ranks.
+    k_g, k_l = GROUPS["period"], GROUPS["local_period"]
+    global_at = [t for t in range(1, steps + 1) if t % k_g == 0]                 # 4, 8
+    local_at = [t for t in range(1, steps + 1) if t % k_l == 0 and t % k_g]   # 2, 6, 10
+    m = r.metrics.set_index("step")
+    assert list(m.index) == list(range(1, steps + 1))
+    for t in m.index:
+        assert m.loc[t, "global_reductions"] == nproc * sum(s <= t for s in global_at), t
+        assert m.loc[t, "local_reductions"] == nproc * sum(s <= t for s in local_at), t
+    assert r.summary["global_reductions"] == nproc * (len(global_at) + 1)       # + finalize
+    assert r.summary["local_reductions"] == nproc * len(local_at)
     comm = r.comm()
     local = comm[comm.scope == "local"]
     assert set(local.group_size) == {2}
-    assert r.metrics["local_reductions"].iloc[-1] == 8
+    # The ledger's step is the 0-based step during which the collective ran (finalize: the last).
+    assert sorted(set(local.step)) == [t - 1 for t in local_at]
+    global_steps = sorted(set(comm[comm.scope == "global"].step))
+    assert global_steps == [t - 1 for t in global_at] + [steps - 1]
     assert r.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
+
+
+@pytest.mark.multiproc
+def test_reduction_momentum_mu_0_is_plain_kavg():
+    """With groups and local reductions, the momentum path at mu -> 0 (v <- mu v + (xbar - x_g),
+    x_g <- x_g + v = xbar) gives plain KAVG's parameters and loss trajectory. mu = 0 exactly is
+    plain KAVG's own config (the same run, reused) and skips the momentum path, so a mu far
+    below float32 resolution stands in for it; mu = 0.5 shows the tolerance can tell them apart."""
+    cfg = dict(SMALL, nproc=4, steps=12, log_every=1)
+    plain = distsgd.run(algo="kavg", params=GROUPS, **cfg)
+    tiny = distsgd.run(algo="kavg", params=dict(GROUPS, reduction_momentum=1e-12), **cfg)
+    half = distsgd.run(algo="kavg", params=dict(GROUPS, reduction_momentum=0.5), **cfg)
+    assert len({plain.path, tiny.path, half.path}) == 3                  # three real runs
+    tol = dict(rtol=1e-4, atol=1e-5)
+    for k, v in _model(plain).items():
+        torch.testing.assert_close(_model(tiny)[k], v, **tol, msg=k)
+    torch.testing.assert_close(torch.tensor(tiny.metrics.train_loss.values),
+                               torch.tensor(plain.metrics.train_loss.values), **tol)
+    assert any(not torch.allclose(_model(half)[k], v, **tol) for k, v in _model(plain).items())
+    assert tiny.summary["global_reductions"] == plain.summary["global_reductions"] == 4 * 3
+    assert tiny.summary["local_reductions"] == plain.summary["local_reductions"] == 4 * 3
 
 
 @pytest.mark.multiproc

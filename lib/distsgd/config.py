@@ -75,8 +75,7 @@ class Config:
 
         if self.algo not in algorithms.REGISTRY:
             raise ConfigError("algo", self.algo, sorted(algorithms.REGISTRY))
-        if self.data not in data.DATASETS:
-            raise ConfigError("data", self.data, data.DATASETS)
+        data.check_options(self.data, self.data_options)
         if self.model not in models.MODELS:
             raise ConfigError("model", self.model, models.MODELS)
         data.parse_partition(self.partition)

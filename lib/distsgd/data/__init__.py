@@ -9,11 +9,17 @@ Datasets and their options:
 - ``digits``: scikit-learn's 8x8 digits, embedded, the default. No options.
 - ``synthetic-logistic``: binary logistic regression. Options n, d, noise, n_test, data_seed.
 - ``synthetic-lsq``: least squares y = x·w* + noise·eps. Same options.
+- ``synthetic-lsq-shift``: least squares whose optimum differs between groups of samples, the
+  gradient-diversity knob: ζ² = 4·shift² with ``partition="shards"`` and nproc = groups.
+  Options of synthetic-lsq, and groups, shift.
 - ``cifar10``, ``cifar100``: torchvision's python-pickle release, in memory. Option verify.
 - ``imagenet``: train/ and val/ image folders. Options image_size, num_workers.
 
 File-based datasets (CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
 only CIFAR can be downloaded (`download=True`). Neither applies to the other datasets.
+
+`check_options` validates a dataset name, and a synthetic problem's options, before any process
+starts.
 """
 from __future__ import annotations
 
@@ -28,8 +34,8 @@ from ..paths import data_root
 from .base import DataSource, TensorSource
 from .partition import PARTITIONS, parse_partition, partition
 
-__all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "load_data", "parse_partition",
-           "partition"]
+__all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "check_options", "load_data",
+           "parse_partition", "partition"]
 
 # name -> (module, loader function, leading positional arguments). Modules are imported only
 # when their dataset is loaded: scikit-learn and torchvision take seconds to import, and every
@@ -38,6 +44,7 @@ _LOADERS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     "digits": ("digits", "load", ()),
     "synthetic-logistic": ("synthetic", "load_logistic", ()),
     "synthetic-lsq": ("synthetic", "load_lsq", ()),
+    "synthetic-lsq-shift": ("synthetic", "load_lsq_shift", ()),
     "cifar10": ("cifar", "load", ("cifar10",)),
     "cifar100": ("cifar", "load", ("cifar100",)),
     "imagenet": ("imagenet", "load", ()),
@@ -81,3 +88,14 @@ def load_data(name: str, *, root: str | Path | None = None, download: bool = Fal
     if "download" in params:
         options["download"] = download
     return loader(**options)
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Raise ConfigError for an unknown dataset and, for a synthetic problem, for an unknown
+    option or a bad value: synthetic problems take milliseconds to generate, so they are built
+    here, before any process starts. Other datasets check their options when a worker loads
+    them (their modules import torchvision, which takes seconds)."""
+    if name not in _LOADERS:
+        raise ConfigError("data", name, DATASETS)
+    if name.startswith("synthetic-"):
+        load_data(name, **options)
