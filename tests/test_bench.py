@@ -1,5 +1,5 @@
 """The schedule benchmark: network scaling rule, the tidy CSV of `python -m distsgd bench`,
-medians and the timing-noise gauge."""
+medians, the timing-noise gauge and the emulation-headroom check."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from distsgd.bench_schedules import medians, scaled_net, timing_noise
+from distsgd.bench_schedules import emulation_headroom, medians, real_collective_times, scaled_net, timing_noise
 from distsgd.comm import parse_net
 
 
@@ -48,3 +48,18 @@ def test_bench_cli_writes_a_tidy_csv(tmp_path):
     assert set(df.label) == {"WFBP", "DeAR", "compute"}
     assert set(df[df.label != "compute"].net_name) == {"10GbE-like", "IB-like"}
     assert (df.step_s > 0).all() and "DeAR" in out.stdout
+
+
+@pytest.mark.multiproc
+def test_real_collective_times_and_emulation_headroom():
+    real = real_collective_times(2, [2**20, 2**16], reps=2)
+    assert sorted(real.kind.unique()) == ["all_gather", "all_reduce", "reduce_scatter"]
+    assert sorted(real.nbytes.unique()) == [2**16, 2**20] and (real.measured_s > 0).all()
+    # a network far slower than any real all-reduce of 1 MiB is emulable, one far faster is not
+    nets = {"slow": "1Mbit,10ms", "fast": "1000000Gbit,1ns"}
+    df = pd.DataFrame([{"model": "m", "nproc": 2, "net_name": name, "net": net, "grad_bytes": 2**20}
+                       for name, net in nets.items()])
+    head = emulation_headroom(df, reps=2).set_index("net_name")
+    assert bool(head.emulable["slow"]) and not bool(head.emulable["fast"])
+    assert head.modeled_s["slow"] == pytest.approx(parse_net(nets["slow"]).cost("all_reduce", 2**20, 2))
+    assert (head.real_s > 0).all()

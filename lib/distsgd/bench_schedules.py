@@ -169,7 +169,10 @@ def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900) -> Any:
         for _ in range(world):
             rank, ok, value = queue.get(timeout=timeout)
             if not ok:
-                raise RuntimeError(f"bench rank {rank} failed:\n{value}")
+                time.sleep(1)                       # a peer that vanished is the likelier cause
+                dead = [f"rank {r} exit code {p.exitcode}" for r, p in enumerate(procs)
+                        if p.exitcode not in (None, 0)]
+                raise RuntimeError(f"bench rank {rank} failed ({', '.join(dead) or 'no rank died'}):\n{value}")
             results[rank] = value
     finally:
         for p in procs:
@@ -221,10 +224,13 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     the CSV `out`) one tidy row per measurement: model, label, algo, params, nproc, net_name, net,
     repeat, step_s, grad_bytes, compute_s (median compute-only step time of that model and p),
     efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
-    labelled 'compute' are the no-communication baseline (net_name 'none')."""
+    labelled 'compute' are the no-communication baseline (net_name 'none'). $DISTSGD_MAX_NPROC
+    caps p, as it caps the worker processes of a run (the full-profile dry run sets it)."""
     cases = list(cases or DEFAULT_CASES)
     networks = dict(networks or NETWORKS)
     models = list(models)
+    cap = int(os.environ.get("DISTSGD_MAX_NPROC") or 0)       # as for runs (distsgd.runner)
+    nprocs = sorted({min(p, cap) if cap else p for p in nprocs})
     rows = []
     for p in nprocs:
         rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,
@@ -257,7 +263,7 @@ def timing_noise(df: pd.DataFrame) -> float:
 
 def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> list[dict]:
     from .comm import Comm, parse_net
-    comm = Comm(rank, world, torch.device("cpu"), parse_net(net))
+    comm = Comm(rank, world, torch.device("cpu"), parse_net(net) if net else None)
     rows = []
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         for nbytes in sizes:
@@ -276,7 +282,7 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> l
                 times.append(time.perf_counter() - t0)
             t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64), op="max")
             rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
-                             modeled_s=comm.net.cost(kind, 4 * n, world)))
+                             modeled_s=comm.net.cost(kind, 4 * n, world) if comm.net else float("nan")))
     return rows
 
 
@@ -288,3 +294,33 @@ def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[in
     df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps))
     df["ratio"] = df.measured_s / df.modeled_s
     return df
+
+
+def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5) -> pd.DataFrame:
+    """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's backend
+    (median over `reps`, slowest rank) per message size: the floor that network emulation can
+    only add to. Columns: kind, nbytes, p, measured_s."""
+    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps)).drop(columns="modeled_s")
+
+
+def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0) -> pd.DataFrame:
+    """Whether each emulated network of a `bench_schedules` result can be emulated on this machine.
+
+    The emulation delays a collective to its modeled time but cannot make it faster than the
+    backend's real one, which also takes CPU time from computation. Rule: a (model, nproc,
+    network) is `emulable` when the real all-reduce of the model's whole gradient takes at most
+    1/`margin` of its modeled time on that network. Columns: model, nproc, net_name, real_s,
+    modeled_s, emulable."""
+    from .comm import parse_net
+    nets = df[df.net_name != "none"].groupby(["model", "nproc", "net_name"]).agg(
+        net=("net", "first"), grad_bytes=("grad_bytes", "first")).reset_index()
+    rows = []
+    for p, group in nets.groupby("nproc"):
+        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps)
+        real = real[real.kind == "all_reduce"].set_index("nbytes").measured_s
+        for r in group.itertuples():
+            n = int(r.grad_bytes) // 4 // int(p) * int(p) * 4          # as timed by _fidelity
+            modeled = parse_net(r.net).cost("all_reduce", n, int(p))
+            rows.append(dict(model=r.model, nproc=p, net_name=r.net_name, real_s=real[n],
+                             modeled_s=modeled, emulable=real[n] * margin <= modeled))
+    return pd.DataFrame(rows)

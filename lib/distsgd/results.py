@@ -181,6 +181,14 @@ class Result:
         """Every collective of every rank (the ledger)."""
         return pd.read_csv(self.path / "comm.csv")
 
+    def steady_step_time(self) -> float:
+        """Median seconds per step over the logged intervals (from the first logged step on):
+        unlike summary["step_time_s"] (training time / steps), not moved by the first steps'
+        set-up (connections, caches) or by one stall of a shared machine."""
+        m = self.metrics
+        rate = (m.wall_s.diff() / m.step.diff()).iloc[1:]
+        return float(rate.median()) if len(rate) else float(self.summary["step_time_s"])
+
     @property
     def label(self) -> str:
         """A short human label: algo plus non-default parameters."""
