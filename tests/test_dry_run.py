@@ -2,8 +2,8 @@
 stand-in data in the real formats (`reproduce/run.py --profile full --dry-run`).
 
 A typo in reproduce/profiles/full.yaml or a full-profile config the library rejects fails here.
-This is the slowest test of the suite (several minutes on 2 cores: ResNet-18 runs, each capped at
-2 worker processes and a per-rank batch of 16, see reproduce/run.py).
+This is the slowest test of the suite: ResNet-18 runs, each capped at 2 worker processes, a per-rank
+batch of 16 and 64 evaluation samples (see reproduce/run.py).
 """
 from __future__ import annotations
 
@@ -29,21 +29,24 @@ def test_full_profile_lists_without_errors_and_substitutes_backend() -> None:
         assert ("nccl -> gloo" in proc.stdout) != torch.cuda.is_available()
 
 
-# Executing the dry run of every notebook takes ~50 min on 2 cores (ResNet-18 start-up and
-# evaluation, and notebook 03's in-notebook measurements at full batch size), beyond CI's budget:
-# CI executes the cheapest notebooks' dry runs; `--list` above checks every full-profile entry.
-DRY_RUN_IN_CI = ["00_baselines", "04_stl_sgd"]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# The dry run of all eleven notebooks took 16 min on 2 quiet cores (2026-11-22): beyond what CI can
+# add within its 40 min. The three slowest (01: 2.1 min, 08: 2.1 min, 09: 3.1 min; dozens of ResNet-18
+# runs each) are left out of CI's execution; `--list` above checks their full-profile entries, and
+# `python reproduce/run.py --profile full --dry-run` runs them all.
+NOT_IN_CI = {"01_cocod_sgd", "08_ssd_sgd", "09_global_reductions"}
+DRY_RUN_IN_CI = [n for n in NOTEBOOKS if n not in NOT_IN_CI]
 
 
 def test_full_profile_dry_run_executes(tmp_path) -> None:
     out = tmp_path / "dry"
     proc = subprocess.run([sys.executable, str(RUN_PY), "--profile", "full", "--dry-run",
                            "--out", str(out), "--only", *DRY_RUN_IN_CI],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     with open(out / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert sorted(r["notebook"] for r in rows) == DRY_RUN_IN_CI
+    assert len(DRY_RUN_IN_CI) >= 8 and sorted(r["notebook"] for r in rows) == DRY_RUN_IN_CI
     assert all(r["status"] == "ok" for r in rows), rows
     data = out / "data"                               # the stand-ins, in the release layouts
     assert (data / "cifar10/cifar-10-batches-py/data_batch_5").is_file()
