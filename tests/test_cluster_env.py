@@ -105,6 +105,12 @@ def test_caps_validate_first_then_cap(monkeypatch) -> None:
     assert c.nproc == 8
     with pytest.raises(ConfigError):                    # a bad config fails before capping
         runner.apply_caps(Config(nproc=8, lr=-1))
+    # per-rank lists are subsampled to the capped world, first and last entry kept
+    speeds = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+    c = runner.apply_caps(Config(algo="cocod_sgd", nproc=8, params={"speeds": speeds, "period": 2}))
+    assert (c.nproc, c.params) == (2, {"speeds": [1.0, 0.3], "period": 2})
+    with pytest.raises(ConfigError, match="params.speeds"):   # a list of the wrong length fails
+        runner.apply_caps(Config(algo="cocod_sgd", nproc=8, params={"speeds": speeds[:3]}))
     monkeypatch.setenv("DISTSGD_MAX_NPROC", "0")          # 0: no cap
     assert runner.apply_caps(Config(nproc=8, batch_size=8, eval_samples=8)).nproc == 8
 

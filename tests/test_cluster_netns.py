@@ -91,25 +91,23 @@ def test_torchrun_two_hosts_matches_one_host(tmp_path) -> None:
 
 @pytest.mark.multiproc
 def test_emulation_matches_shaped_network() -> None:
-    """p = 4 hosts at 200 Mbit: all-reduce and all-gather agree within 15% at 8 MiB.
+    """p = 4 hosts at 200 Mbit: all-reduce, reduce-scatter and all-gather agree within 15% at 8 MiB.
 
     Smaller messages sit on the tolerance's edge: at 1 MiB the shaped network measured 3% to
-    15.4% slower than the model over repeated runs (per-message TCP and tbf overheads that the
+    25% slower than the model over repeated runs (per-message TCP and tbf overheads that the
     alpha-beta model leaves out, plus noise from other work on the machine), and a 2 MiB check
     failed once in four runs. They are measured and printed, not asserted.
 
-    gloo's reduce-scatter is not the ring the model (and NCCL) uses: over the shaped network it
-    takes as long as an all-reduce of the same input (measured 0.55 s vs 0.54 s at 8 MiB), twice
-    the model's ring reduce-scatter. The test records that instead of hiding it."""
+    The reduce-scatter is `Comm`'s ring of point-to-point messages (`distsgd.comm.ring`): gloo's
+    own took as long as an all-reduce here (0.55 s vs 0.54 s at 8 MiB), twice the ring's time;
+    the ring measured 0.29 s against the model's 0.25 s (2026-11-22)."""
     try:
         rows = validate_emulation(p=4, bandwidth="200Mbit", sizes=(2 * MiB, 8 * MiB), reps=5)
     except NetnsUnavailable as exc:
         pytest.skip(f"cannot create network namespaces: {exc}")
     by = {(r["kind"], r["MiB"]): r for r in rows}
-    for kind in ("all_reduce", "all_gather"):
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         print(kind, [(r["MiB"], f"{r['rel_diff']:+.1%}") for r in rows if r["kind"] == kind])
         r = by[(kind, 8.0)]
         assert r["ok"], f"{kind} 8 MiB: shaped {r['shaped_s']:.3f} s vs emulated " \
                         f"{r['emulated_s']:.3f} s ({r['rel_diff']:+.1%})"
-    rs, ar = by[("reduce_scatter", 8.0)], by[("all_reduce", 8.0)]
-    assert rs["shaped_s"] == pytest.approx(ar["shaped_s"], rel=0.25)   # gloo: all-reduce's cost

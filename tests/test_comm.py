@@ -58,8 +58,15 @@ def _collectives(rank, world):
     sub = comm.split_groups([[0, 1], [2, 3]])
     y = torch.full((10,), float(rank + 1))
     comm.all_reduce(y, group=sub)
+    # reduce-scatter's other ops, asynchronous and on a subgroup (gloo: all-to-all + local reduction)
+    sub_avg, world_max = torch.empty(3), torch.empty(2)
+    h = comm.reduce_scatter(sub_avg, torch.arange(6, dtype=torch.float32) + 10 * rank, op="avg",
+                            group=sub, async_op=True)
+    comm.reduce_scatter(world_max, torch.arange(8, dtype=torch.float32) * (-1) ** rank, op="max")
+    h.wait()
     out = dict(avg=x[0].item(), shard=shard.tolist(), gathered=gathered.tolist(), bcast=b.tolist(),
-               sub=y[0].item(), totals=comm.ledger.totals(),
+               sub=y[0].item(), sub_avg=sub_avg.tolist(), world_max=world_max.tolist(),
+               totals=comm.ledger.totals(),
                sent=[(e.kind, e.scope, e.sent) for e in comm.ledger.entries])
     comm.close()
     return out
@@ -77,6 +84,9 @@ def test_collectives_results_and_ledger_bytes():
         assert o["gathered"] == [float(r) for r in range(world) for _ in range(3)]
         assert o["bcast"] == [float(world - 1)] * 5
         assert o["sub"] == (3.0 if rank < 2 else 7.0)        # only the group's ranks: 1+2, 3+4
+        mean_rank = 0.5 if rank < 2 else 2.5                   # of the ranks in the group
+        assert o["sub_avg"] == pytest.approx([i + 10 * mean_rank for i in range(3 * (rank % 2), 3 * (rank % 2) + 3)])
+        assert o["world_max"] == [float(i) for i in range(2 * rank, 2 * rank + 2)]   # even ranks: +i
         nbytes = 4 * n
         assert o["sent"] == [
             ("all_reduce", "global", round(2 * (world - 1) / world * nbytes)),
@@ -84,9 +94,11 @@ def test_collectives_results_and_ledger_bytes():
             ("all_gather", "global", round((world - 1) / world * 4 * 3 * world)),
             ("broadcast", "global", round((world - 1) / world * 4 * 5)),
             ("all_reduce", "local", round(1 / 2 * 4 * 10 * 2)),
+            ("reduce_scatter", "local", round(1 / 2 * 4 * 6)),
+            ("reduce_scatter", "global", round((world - 1) / world * 4 * 8)),
         ]
-        assert o["totals"]["global_reductions"] == 2 and o["totals"]["local_reductions"] == 1
-        assert o["totals"]["collectives"] == 5
+        assert o["totals"]["global_reductions"] == 3 and o["totals"]["local_reductions"] == 2
+        assert o["totals"]["collectives"] == 7
 
 
 def _timed_allreduce(rank, world, numel, spec):

@@ -60,6 +60,7 @@ def _exchange_and_server(rank: int, world: int) -> dict:
             "ds_none": ("double_squeeze", {"compressor": "none"}),
             "liec_none": ("liec_sgd", {"compressor": "none"}),
             "liec_sgd": ("liec_sgd", {"compressor": "topk", "ratio": 0.1}),
+            "liec_drop": ("liec_sgd", {"compressor": "topk", "ratio": 0.1, "local_error": "drop"}),
             "double_squeeze": ("double_squeeze", {"compressor": "topk", "ratio": 0.1})}
     for key, (algo, params) in runs.items():
         out[key] = _train_tiny(comm, create(algo, params), Config(), rank)
@@ -97,7 +98,9 @@ def test_exchange_bytes_and_replicated_server_state():
             assert (kind, nbytes) == ("all_reduce", wire), name
         else:
             assert (kind, nbytes) == ("all_gather", world * wire), name
-    for algo in ("liec_sgd", "double_squeeze"):
+    assert not np.allclose(res[0]["liec_sgd"][1], res[0]["liec_drop"][1])   # the two readings differ
+    assert not np.allclose(res[0]["liec_sgd"][1], res[0]["double_squeeze"][1])
+    for algo in ("liec_sgd", "liec_drop", "double_squeeze"):
         e0, x0 = res[0][algo]
         assert np.abs(e0).sum() > 0
         assert not np.allclose(x0, res[0]["ssgd"][1])               # compression changed the run

@@ -30,23 +30,17 @@ def test_full_profile_lists_without_errors_and_substitutes_backend() -> None:
 
 
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-# The dry run of all eleven notebooks took 16 min on 2 quiet cores (2026-11-22): beyond what CI can
-# add within its 40 min. The three slowest (01: 2.1 min, 08: 2.1 min, 09: 3.1 min; dozens of ResNet-18
-# runs each) are left out of CI's execution; `--list` above checks their full-profile entries, and
-# `python reproduce/run.py --profile full --dry-run` runs them all.
-NOT_IN_CI = {"01_cocod_sgd", "08_ssd_sgd", "09_global_reductions"}
-DRY_RUN_IN_CI = [n for n in NOTEBOOKS if n not in NOT_IN_CI]
 
 
 def test_full_profile_dry_run_executes(tmp_path) -> None:
     out = tmp_path / "dry"
     proc = subprocess.run([sys.executable, str(RUN_PY), "--profile", "full", "--dry-run",
-                           "--out", str(out), "--only", *DRY_RUN_IN_CI],
+                           "--out", str(out)],
                           capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     with open(out / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(DRY_RUN_IN_CI) >= 8 and sorted(r["notebook"] for r in rows) == DRY_RUN_IN_CI
+    assert len(NOTEBOOKS) == 11 and sorted(r["notebook"] for r in rows) == NOTEBOOKS
     assert all(r["status"] == "ok" for r in rows), rows
     data = out / "data"                               # the stand-ins, in the release layouts
     assert (data / "cifar10/cifar-10-batches-py/data_batch_5").is_file()

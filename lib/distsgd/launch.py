@@ -32,7 +32,9 @@ from .errors import ConfigError, WorkerError
 from .train import PROGRESS_ENV
 
 ERROR_FILE = "error_rank{rank}.txt"
-PRELOAD = ["distsgd.cli", "distsgd.train", "distsgd.algorithms", "distsgd.models", "distsgd.data"]
+# torch._dynamo: torch.optim's first optimizer imports it (about 3 s of CPU per rank otherwise)
+PRELOAD = ["distsgd.cli", "distsgd.train", "distsgd.algorithms", "distsgd.models", "distsgd.data",
+           "torch._dynamo"]
 
 
 def launcher_for(config: Config) -> str:
@@ -79,7 +81,7 @@ def spawn(config: Config, run_dir: Path) -> None:
     ranks_dir = run_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    ctx = _forkserver()
+    ctx = _forkserver(config)
     procs: list[BaseProcess] = []
     try:
         for rank in range(config.nproc):
@@ -92,10 +94,16 @@ def spawn(config: Config, run_dir: Path) -> None:
         _stop(procs)
 
 
-def _forkserver() -> multiprocessing.context.BaseContext:
-    """The multiprocessing context whose server process has imported `PRELOAD`."""
+def _forkserver(config: Config) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context whose server process has imported `PRELOAD` and the modules
+    of the first run's dataset and model (torchvision or scikit-learn take seconds to import,
+    paid by every rank otherwise). The server starts with the first run of this process and
+    then serves every later run; a run whose modules it lacks imports them in its workers."""
+    from .data import loader_module
+    from .models import builder_module
+
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(PRELOAD + [loader_module(config.data), builder_module(config.model)])
     return ctx
 
 

@@ -9,7 +9,8 @@ mistake in it still fails. Unset, empty or 0: no cap.
 
 - ``DISTSGD_MAX_NPROC=N`` caps the local worker processes (spawn launcher only; torchrun/srun
   set the world themselves): the run uses the smallest world size from N up for which the config
-  is still valid (per-rank lists or groups of 4 may need more than N).
+  is still valid (groups of 4 may need more than N). An algorithm's per-rank lists (CoCoD-SGD's
+  `speeds`, `batch_weights`) are subsampled to the new world size, first and last entry kept.
 - ``DISTSGD_MAX_BATCH_SIZE=B`` caps ``batch_size`` (per rank).
 - ``DISTSGD_MAX_EVAL_SAMPLES=M`` caps ``eval_samples``, the samples of each evaluation.
 """
@@ -51,10 +52,23 @@ def apply_caps(config: Config) -> Config:
     return _cap_nproc(config, nproc_cap) if over_nproc else config
 
 
+def _subsample(values: list[Any], n: int) -> list[Any]:
+    """`n` entries of `values` evenly spread from the first to the last."""
+    if n == 1:
+        return values[:1]
+    return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
+
+
 def _cap_nproc(config: Config, cap: int) -> Config:
-    """`config` with the smallest nproc from `cap` up for which it is valid."""
+    """`config` with the smallest nproc from `cap` up for which it is valid, its per-rank
+    parameter lists subsampled to that many ranks."""
+    from .algorithms import REGISTRY              # late: imports torch
+
+    per_rank = [p.name for p in REGISTRY[config.algo].params
+                if p.per_rank and len(config.params.get(p.name) or []) == config.nproc]
     for nproc in range(max(1, cap), config.nproc):
-        candidate = dataclasses.replace(config, nproc=nproc)
+        params = {**config.params, **{name: _subsample(config.params[name], nproc) for name in per_rank}}
+        candidate = dataclasses.replace(config, nproc=nproc, params=params)
         try:
             candidate.validate()
         except ConfigError:

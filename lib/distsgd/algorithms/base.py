@@ -28,13 +28,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Param:
-    """One algorithm parameter: its default, a one-line help, and an optional check."""
+    """One algorithm parameter: its default, a one-line help, and an optional check.
+    `per_rank`: the value is a list with one entry per rank (or empty)."""
 
     name: str
     default: Any
     help: str
     check: Callable[[Any], bool] | None = None
     allowed: str = ""
+    per_rank: bool = False
 
     def validate(self, value: Any) -> Any:
         if isinstance(self.default, bool) and not isinstance(value, bool):

@@ -70,11 +70,11 @@ class CoCoDSGD(Algorithm):
               lambda v: v >= 1, "an integer >= 1"),
         Param("batch_weights", [], "relative worker speeds: per-rank batch sizes proportional to "
               "them and weighted averaging ([]: equal batches, plain average)", _positive_numbers,
-              "a list of numbers > 0, one per rank, or []"),
+              "a list of numbers > 0, one per rank, or []", per_rank=True),
         Param("speeds", [], "emulated relative compute speed per rank (a rank with speed s sleeps "
               "(1/s - 1) x its compute time; []: all 1)",
               lambda v: _positive_numbers(v) and all(x <= 1 for x in v),
-              "a list of numbers in (0, 1], one per rank, or []"),
+              "a list of numbers in (0, 1], one per rank, or []", per_rank=True),
         Param("sample_ms", 0.0, "emulated compute per sample (ms): with it a rank of speed s sleeps "
               "batch x sample_ms / s after backward (0: the measured-time form above)",
               lambda v: v >= 0, "a number >= 0"),
@@ -82,7 +82,7 @@ class CoCoDSGD(Algorithm):
 
     @classmethod
     def check_config(cls, params: dict, config: "Config") -> None:
-        for name in ("batch_weights", "speeds"):
+        for name in (p.name for p in cls.params if p.per_rank):
             if params[name] and len(params[name]) != config.nproc:
                 raise ConfigError(f"params.{name}", params[name],
                                   f"a list of {config.nproc} numbers (one per rank) or []")

@@ -3,18 +3,35 @@
 
 RECONSTRUCTED from the abstract (the paper text and code were not available; see
 ../shared/papers/SPECS.md, section b). The abstract fixes: bidirectional compression; each
-worker's local compression error is compensated *immediately* into its own model update (not
-carried to the next step as in EF-SGD); only the server keeps an error variable across
-iterations. Our rule, in gradient units (gamma = current learning rate):
+worker's local compression error is compensated *immediately* into its own model update; only
+the server keeps an error variable across iterations. Two rules fit those words; `local_error`
+picks one. In gradient units (gamma = current learning rate):
 
-    worker i:  c_i = C_w(g_i);  delta_i = g_i - c_i          (local error, not kept)
-    server:    u = (1/N) sum_i c_i + e;  q = C_s(u);  e <- u - q     (the only persistent error)
-    worker i:  x   <- optimizer_step(x, q)                   (global model, same on every rank)
-               x_i <- x - gamma * delta_i                    (immediate local compensation)
+    worker i:  v_i = g_i            (drop)   or   v_i = g_i + delta_i   (carry)
+               c_i = C_w(v_i);  delta_i <- v_i - c_i                     (local error)
+    server:    u = (1/N) sum_i c_i + e;  q = C_s(u);  e <- u - q         (the server's error)
+    worker i:  x   <- optimizer_step(x, q)                               (global model, every rank)
+               x_i <- x - gamma * delta_i                                (immediate local compensation)
 
-and g_i = grad F(x_i; xi_i) is taken at the local model x_i. The model parameters hold x_i
-during forward/backward; x is kept as a flat copy and stepped by the optimizer (momentum and
-weight decay act on x with q). `finalize()` loads x, so every rank evaluates the same model.
+and g_i = grad F(x_i; xi_i) is taken at the local model x_i.
+
+- ``drop`` (reading A, SPECS.md's reconstruction): delta_i lives one step, only to move the point
+  of the next gradient, x_i = x - gamma (g_i - c_i), the global model plus the worker's own full
+  step; the part of g_i that C_w removed never reaches the global model. The worker keeps no
+  state across iterations, as the abstract's "only ... the global error variable" says.
+- ``carry`` (reading B): the local model is the worker's error memory, x_i = x - gamma delta_i
+  holds everything it has not sent yet, and that is sent later, as in error feedback. For one
+  worker without server compression x_i <- x_i - gamma g_i: the local model takes the full,
+  uncompressed step immediately. This is DoubleSqueeze with the gradient taken at x_i instead
+  of at x (double_squeeze.py).
+
+`carry` is the default: with `drop` the global model follows sum_t C(g_t), which a biased
+compressor such as top-k can keep away from a stationary point, and the abstract proves
+convergence for any delta-contraction compressor.
+
+The model parameters hold x_i during forward/backward; x is kept as a flat copy and stepped by
+the optimizer (momentum and weight decay act on x with q). `finalize()` loads x, so every rank
+evaluates the same model.
 
 The "server" is replicated deterministically: every rank all-gathers the c_i, forms the same u
 and applies C_s with the same seed, so the server error e is identical on every rank (tested) and
@@ -30,6 +47,7 @@ import torch
 
 from ..compress import ErrorFeedback
 from ..compress.exchange import average
+from .base import Param
 from .compression import PARAMS, SERVER, WORKER, CompressedAlgorithm
 from .flat import flatten, unflatten_into
 from .registry import register
@@ -38,12 +56,18 @@ if TYPE_CHECKING:
     from ..comm import Comm
     from ..config import Config
 
+LOCAL_ERROR = ("carry", "drop")
+
 
 @register
 class LIECSGD(CompressedAlgorithm):
     name = "liec_sgd"
     summary = "LIEC-SGD (reconstructed): bidirectional compression, immediate local error compensation"
-    params = PARAMS
+    params = PARAMS + (
+        Param("local_error", "carry", "the worker's compression error: 'carry' it in the local model "
+              "and send it later (reading B), or 'drop' it after moving the next gradient's point "
+              "(reading A)", lambda v: v in LOCAL_ERROR, ", ".join(LOCAL_ERROR)),
+    )
 
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
               config: "Config") -> torch.nn.Module:
@@ -55,9 +79,11 @@ class LIECSGD(CompressedAlgorithm):
 
     def after_backward(self, step: int) -> None:
         c = self.compressor
-        g = self.flat_grad()
-        payload, ctx = c.compress(g, self.seed(step, WORKER, c))
-        self.local_error = g - c.decompress(payload, ctx)
+        v_i = self.flat_grad()
+        if self.p["local_error"] == "carry":
+            v_i = v_i + self.local_error
+        payload, ctx = c.compress(v_i, self.seed(step, WORKER, c))
+        self.local_error = v_i - c.decompress(payload, ctx)
         u = self.server_memory.compensate(average(self.comm, c, payload, ctx))
         q = c(u, self.seed(step, SERVER, c))
         self.server_memory.update(u, q)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from .ledger import Entry, Ledger
 from .netmodel import NetModel, bytes_sent
+from .ring import FutureWork, RingReducer
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
         "min": dist.ReduceOp.MIN}
@@ -48,7 +49,7 @@ class Group:
 class Handle:
     """An in-flight collective. `wait()` blocks until the data arrived and the modeled time passed."""
 
-    def __init__(self, comm: "Comm", work: dist.Work, entry: Entry,
+    def __init__(self, comm: "Comm", work: "dist.Work | FutureWork", entry: Entry,
                  post: Callable[[], None] | None) -> None:
         self._comm, self._work, self.entry, self._post = comm, work, entry, post
         self.done = False
@@ -84,6 +85,7 @@ class Comm:
         self._link_free_at = 0.0
         self._pending: set[Handle] = set()
         self._lock = threading.Lock()
+        self._ring = RingReducer()
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -115,6 +117,7 @@ class Comm:
         return mine
 
     def close(self) -> None:
+        self._ring.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -129,11 +132,19 @@ class Comm:
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum",
                        group: Group | None = None, async_op: bool = False) -> Handle | None:
-        """`output` (n/p elements) receives this rank's shard of the reduction of `input` (n)."""
+        """`output` (n/p elements) receives this rank's shard of the reduction of `input` (n).
+        On gloo it is a ring of point-to-point messages (`comm.ring`): gloo's own reduce-scatter
+        sends what an all-reduce sends."""
         g = group or self.world
         post = (lambda: output.div_(g.size)) if op == "avg" else None
-        return self._issue("reduce_scatter", input, g, post, async_op, lambda: dist.reduce_scatter_single(
-            output, input, op=_OPS[op], group=g.pg, async_op=True))
+        ring = dist.get_backend(g.pg) == "gloo" and g.size > 1
+
+        def launch() -> "dist.Work | FutureWork":
+            if ring:
+                return self._ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
+            return dist.reduce_scatter_single(output, input, op=_OPS[op], group=g.pg, async_op=True)
+
+        return self._issue("reduce_scatter", input, g, post, async_op, launch)
 
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, group: Group | None = None,
                    async_op: bool = False) -> Handle | None:
@@ -216,7 +227,7 @@ class Comm:
         return self.ledger.record(entry)
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
-               async_op: bool, launch: Callable[[], dist.Work]) -> Handle | None:
+               async_op: bool, launch: Callable[[], "dist.Work | FutureWork"]) -> Handle | None:
         entry = self._record(kind, tensor, g)
         handle = Handle(self, launch(), entry, post)
         if async_op:

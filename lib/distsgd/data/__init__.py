@@ -35,7 +35,7 @@ from .base import DataSource, TensorSource
 from .partition import PARTITIONS, parse_partition, partition
 
 __all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "check_options", "load_data",
-           "parse_partition", "partition"]
+           "loader_module", "parse_partition", "partition"]
 
 # name -> (module, loader function, leading positional arguments). Modules are imported only
 # when their dataset is loaded: scikit-learn and torchvision take seconds to import, and every
@@ -52,9 +52,14 @@ _LOADERS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 
 
+def loader_module(name: str) -> str:
+    """The module that loads dataset `name` (a known name)."""
+    return f"{__name__}.{_LOADERS[name][0]}"
+
+
 def _loader(name: str) -> Callable[..., DataSource]:
-    module, function, args = _LOADERS[name]
-    fn = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    _, function, args = _LOADERS[name]
+    fn = getattr(importlib.import_module(loader_module(name)), function)
     return partial(fn, *args) if args else fn
 
 # Arguments `load_data` supplies itself; every other parameter of a loader is a data option.

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import ConfigError
 
-__all__ = ["MODELS", "build_model"]
+__all__ = ["MODELS", "build_model", "builder_module"]
 
 # name -> module holding the builder of that name; imported on use, because torchvision
 # takes seconds to import and every worker process pays for what it imports.
@@ -38,8 +38,13 @@ _BUILDERS: dict[str, str] = {
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
+def builder_module(name: str) -> str:
+    """The module that builds model `name` (a known name)."""
+    return f"{__name__}.{_BUILDERS[name]}"
+
+
 def _builder(name: str) -> Callable[..., nn.Module]:
-    return getattr(importlib.import_module(f"{__name__}.{_BUILDERS[name]}"), name)
+    return getattr(importlib.import_module(builder_module(name)), name)
 
 # Parameters every builder takes positionally; the rest of a builder's parameters are options.
 _SHAPE_ARGS = ("input_shape", "num_classes")
