@@ -42,10 +42,10 @@ def test_cost_formulas():
 
 
 # ---------------------------------------------------------------- real collectives over gloo
-def _collectives(rank, world):
+def _collectives(rank, world, ring):
     from distsgd.comm import Comm
 
-    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60, ring_reduce_scatter=ring)
     n = 1000
     x = torch.full((n,), float(rank + 1))
     comm.all_reduce(x, op="avg")
@@ -73,9 +73,10 @@ def _collectives(rank, world):
 
 
 @pytest.mark.multiproc
-def test_collectives_results_and_ledger_bytes():
+@pytest.mark.parametrize("ring", [False, True], ids=["gloo_reduce_scatter", "ring_reduce_scatter"])
+def test_collectives_results_and_ledger_bytes(ring):
     world, n = 4, 1000
-    outs = run_ranks(_collectives, world)
+    outs = run_ranks(_collectives, world, ring)
     coeff = sum(range(1, world + 1))
     for rank, o in enumerate(outs):
         assert o["avg"] == pytest.approx(2.5)

@@ -202,7 +202,9 @@ def _run_ranks(commands: list[list[str]], envs: list[dict[str, str]], timeout_s:
 
 def _rank_env(rank: int, p: int, addr: str, port: int, ifname: str | None) -> dict[str, str]:
     env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(p), "LOCAL_RANK": "0",
-           "MASTER_ADDR": addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+           "MASTER_ADDR": addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+           # a namespace is a host with one rank; on one host all p ranks share it
+           "LOCAL_WORLD_SIZE": "1" if ifname else str(p)}
     if ifname:
         env["GLOO_SOCKET_IFNAME"] = ifname
     return env

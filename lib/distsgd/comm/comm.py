@@ -13,6 +13,7 @@ real wall-clock time.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -77,8 +78,9 @@ class Comm:
     """Collectives with a byte ledger and optional network emulation, for one rank."""
 
     def __init__(self, rank: int, world_size: int, device: torch.device,
-                 net: NetModel | None = None) -> None:
+                 net: NetModel | None = None, ring_reduce_scatter: bool = False) -> None:
         self.rank, self.world_size, self.device, self.net = rank, world_size, device, net
+        self.ring_reduce_scatter = ring_reduce_scatter
         self.world = Group(tuple(range(world_size)))
         self.ledger = Ledger()
         self.step = 0                       # set by the training loop; tags ledger entries
@@ -90,15 +92,24 @@ class Comm:
     # ------------------------------------------------------------------ set-up
     @classmethod
     def from_env(cls, backend: str, device: torch.device, net: NetModel | None,
-                 timeout_s: float) -> "Comm":
+                 timeout_s: float, ring_reduce_scatter: bool | None = None) -> "Comm":
         """Join the process group described by the torchrun-style environment variables
         (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). A peer that does not answer within
-        `timeout_s` makes collectives raise instead of hanging."""
+        `timeout_s` makes collectives raise instead of hanging.
+
+        `ring_reduce_scatter` (see `reduce_scatter`); None: on gloo when the ranks span several
+        hosts (LOCAL_WORLD_SIZE < WORLD_SIZE), where bandwidth is what a reduce-scatter costs.
+        On one host gloo's own is cheaper: its loopback transfers cost memory copies, and the
+        ring's extra CPU work would compete with computation."""
         kwargs = {}
         if backend == "nccl":
             kwargs["device_id"] = device
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
-        return cls(dist.get_rank(), dist.get_world_size(), device, net)
+        world = dist.get_world_size()
+        if ring_reduce_scatter is None:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            ring_reduce_scatter = backend == "gloo" and local < world
+        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter)
 
     def new_group(self, ranks: list[int] | tuple[int, ...]) -> Group:
         """A subgroup; every rank must call this with the same `ranks` (torch.distributed rule)."""
@@ -133,11 +144,11 @@ class Comm:
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum",
                        group: Group | None = None, async_op: bool = False) -> Handle | None:
         """`output` (n/p elements) receives this rank's shard of the reduction of `input` (n).
-        On gloo it is a ring of point-to-point messages (`comm.ring`): gloo's own reduce-scatter
-        sends what an all-reduce sends."""
+        With `ring_reduce_scatter` it is a ring of point-to-point messages (`comm.ring`):
+        gloo's own reduce-scatter sends what an all-reduce sends, twice the ring's bytes."""
         g = group or self.world
         post = (lambda: output.div_(g.size)) if op == "avg" else None
-        ring = dist.get_backend(g.pg) == "gloo" and g.size > 1
+        ring = self.ring_reduce_scatter and g.size > 1
 
         def launch() -> "dist.Work | FutureWork":
             if ring:
