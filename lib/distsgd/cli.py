@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from .config import BACKENDS, DEVICES, DROPIT_STRATEGIES, LAUNCHERS, OPTIMIZERS, SCHEDULES, Config, parse_assignments
@@ -168,15 +167,12 @@ def cmd_show(run_dir: Path) -> int:
 
 def cmd_worker(run_dir: Path) -> int:
     """One rank: on any error, write the traceback where the launcher looks for it, then fail."""
-    from .launch import ERROR_FILE
-    from .results import write_text_atomic
-    from .train import run_worker
+    from .train import record_error, run_worker
 
     try:
         run_worker(run_dir)
     except BaseException:
-        rank = os.environ.get("RANK", "?")
-        write_text_atomic(run_dir / "ranks" / ERROR_FILE.format(rank=rank), traceback.format_exc())
+        record_error(run_dir)
         raise
     return 0
 

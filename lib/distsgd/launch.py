@@ -29,9 +29,8 @@ from pathlib import Path
 
 from .config import Config
 from .errors import ConfigError, WorkerError
-from .train import PROGRESS_ENV
+from .train import ERROR_FILE, PROGRESS_ENV
 
-ERROR_FILE = "error_rank{rank}.txt"
 # torch._dynamo: torch.optim's first optimizer imports it (about 3 s of CPU per rank otherwise)
 PRELOAD = ["distsgd.cli", "distsgd.train", "distsgd.algorithms", "distsgd.models", "distsgd.data",
            "torch._dynamo"]

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import time
+import traceback
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +28,7 @@ from .models import build_model
 
 FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:kill]": that rank raises (or dies) at that step
 PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
+ERROR_FILE = "error_rank{rank}.txt"  # a failed rank's traceback, in RUN_DIR/ranks
 
 
 def resolve_device(config: Config, local_rank: int) -> torch.device:
@@ -248,5 +250,16 @@ def run_worker(run_dir: Path, config: Config | None = None) -> None:
                          config.timeout_s)
     try:
         Trainer(config, comm, run_dir).train()
+    except BaseException:
+        record_error(run_dir)        # before the group closes and the peers fail in turn
+        raise
     finally:
         comm.close()
+
+
+def record_error(run_dir: Path) -> None:
+    """Write the exception being handled where the launcher looks for this rank's cause, unless
+    already written: the launcher takes the earliest error file as the root cause."""
+    path = run_dir / "ranks" / ERROR_FILE.format(rank=os.environ.get("RANK", "?"))
+    if not path.exists():
+        results.write_text_atomic(path, traceback.format_exc())
