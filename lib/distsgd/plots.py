@@ -50,11 +50,16 @@ def curves(results: Iterable[Result], y: str = "train_loss",
 
 
 def bars(df: pd.DataFrame, x: str, y: str, hue: str | None = None, title: str = "",
-         ylabel: str = "", path: Path | None = None) -> plt.Figure:
-    """A bar chart of a summary table (e.g. bytes per step or time per step per method)."""
+         ylabel: str = "", path: Path | None = None,
+         reference: tuple[float, str] | None = None) -> plt.Figure:
+    """A bar chart of a summary table (e.g. bytes per step or time per step per method);
+    `reference` = (value, label) draws a dashed horizontal line, e.g. a claim's threshold."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(6, 3.8))
     sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax)
+    if reference is not None:
+        ax.axhline(reference[0], color="black", linestyle="--", linewidth=1, label=reference[1])
+        ax.legend(loc="lower right")
     ax.set_ylabel(ylabel or y)
     ax.set_xlabel("")
     ax.tick_params(axis="x", rotation=20)

@@ -80,14 +80,13 @@ class Comm:
     def __init__(self, rank: int, world_size: int, device: torch.device,
                  net: NetModel | None = None, ring_reduce_scatter: bool = False) -> None:
         self.rank, self.world_size, self.device, self.net = rank, world_size, device, net
-        self.ring_reduce_scatter = ring_reduce_scatter
         self.world = Group(tuple(range(world_size)))
         self.ledger = Ledger()
         self.step = 0                       # set by the training loop; tags ledger entries
         self._link_free_at = 0.0
         self._pending: set[Handle] = set()
         self._lock = threading.Lock()
-        self._ring = RingReducer()
+        self._ring = RingReducer() if ring_reduce_scatter else None   # see reduce_scatter
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -128,7 +127,8 @@ class Comm:
         return mine
 
     def close(self) -> None:
-        self._ring.close()
+        if self._ring is not None:
+            self._ring.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -148,11 +148,11 @@ class Comm:
         gloo's own reduce-scatter sends what an all-reduce sends, twice the ring's bytes."""
         g = group or self.world
         post = (lambda: output.div_(g.size)) if op == "avg" else None
-        ring = self.ring_reduce_scatter and g.size > 1
+        ring = self._ring if g.size > 1 else None
 
         def launch() -> "dist.Work | FutureWork":
-            if ring:
-                return self._ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
+            if ring is not None:
+                return ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
             return dist.reduce_scatter_single(output, input, op=_OPS[op], group=g.pg, async_op=True)
 
         return self._issue("reduce_scatter", input, g, post, async_op, launch)

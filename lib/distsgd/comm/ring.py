@@ -73,12 +73,12 @@ def _ring(output: torch.Tensor, chunks: torch.Tensor, reduce: Callable, ranks: t
     right, left = ranks[(i + 1) % p], ranks[(i - 1) % p]
     pieces = [c.tensor_split(PIECES) for c in chunks]          # pieces[chunk][k]
     inbox = [[torch.empty_like(x) for x in pieces[0]] for _ in range(2)]   # steps alternate
+    sends: list[dist.Work] = []
 
     def post(s: int, k: int) -> dist.Work:
         sends.append(dist.isend(pieces[(i - s - 1) % p][k], right, group=pg, tag=tag))
         return dist.irecv(inbox[s % 2][k], left, group=pg, tag=tag)
 
-    sends: list[dist.Work] = []
     recvs = [post(0, k) for k in range(PIECES)]
     for s in range(p - 1):
         for k in range(PIECES):
