@@ -59,7 +59,7 @@ def bars(df: pd.DataFrame, x: str, y: str, hue: str | None = None, title: str = 
     sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax)
     if reference is not None:
         ax.axhline(reference[0], color="black", linestyle="--", linewidth=1, label=reference[1])
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))   # outside: bars stay visible
     ax.set_ylabel(ylabel or y)
     ax.set_xlabel("")
     ax.tick_params(axis="x", rotation=20)
