@@ -101,14 +101,24 @@ def test_emulation_matches_shaped_network() -> None:
     The reduce-scatter is `Comm`'s pipelined ring of point-to-point messages (`distsgd.comm.ring`):
     gloo's own took as long as an all-reduce here (0.55 s vs 0.54 s at 8 MiB), twice the ring's
     time. At 8 MiB over seven runs (2026-11-22) the ring measured -8.8% to -12.4% and gloo's
-    all-gather -8.2% to -10.0%; one CI run of the ring before it was pipelined gave -15.3%."""
+    all-gather -8.2% to -10.0%; one CI run of the ring before it was pipelined gave -15.3%.
+
+    The shaped side needs CPU for every packet, and the emulated side mostly sleeps, so a busy or
+    throttled host slows only the shaped side. A CI run on a slow host measured the all-reduce at
+    -21.8% (8 MiB) and -34.8% (2 MiB), although it is -6% to -7% on a quiet one. A kind outside
+    the tolerance is therefore measured once more, both sides. The test fails only if it is
+    outside twice, so a wrong model still fails, and both attempts are printed."""
     try:
         rows = validate_emulation(p=4, bandwidth="200Mbit", sizes=(2 * MiB, 8 * MiB), reps=15)
     except NetnsUnavailable as exc:
         pytest.skip(f"cannot create network namespaces: {exc}")
-    by = {(r["kind"], r["MiB"]): r for r in rows}
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         print(kind, [(r["MiB"], f"{r['rel_diff']:+.1%}") for r in rows if r["kind"] == kind])
-        r = by[(kind, 8.0)]
-        assert r["ok"], f"{kind} 8 MiB: shaped {r['shaped_s']:.3f} s vs emulated " \
-                        f"{r['emulated_s']:.3f} s ({r['rel_diff']:+.1%})"
+    outside = [r["kind"] for r in rows if r["MiB"] == 8.0 and not r["ok"]]
+    if outside:
+        rows = validate_emulation(p=4, bandwidth="200Mbit", sizes=(8 * MiB,), kinds=outside, reps=15)
+        print("measured again:", [(r["kind"], f"{r['rel_diff']:+.1%}") for r in rows])
+    for r in rows:
+        if r["MiB"] == 8.0:
+            assert r["ok"], f"{r['kind']} 8 MiB: shaped {r['shaped_s']:.3f} s vs emulated " \
+                            f"{r['emulated_s']:.3f} s ({r['rel_diff']:+.1%})"
