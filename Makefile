@@ -6,7 +6,7 @@ PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv test test-unit test-notebooks test-cluster reproduce list clean
+.PHONY: venv test test-unit test-notebooks test-cluster reproduce report list clean
 
 # The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
 $(VENV)/.installed: pyproject.toml
@@ -31,8 +31,13 @@ test-notebooks: venv
 test-cluster: venv
 	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
 
+# The quick profile also regenerates the README's verdict table from the fresh claims tables.
 reproduce: venv
-	$(PY) reproduce/run.py --profile $(PROFILE) --jobs $(JOBS)
+	$(PY) reproduce/run.py --profile $(PROFILE) --jobs $(JOBS) $(if $(filter quick,$(PROFILE)),--update-readme)
+
+# REPORT.md/HTML and the README's verdict table from the committed figures/, running nothing.
+report: venv
+	$(PY) reproduce/run.py --profile $(PROFILE) --report-only $(if $(filter quick,$(PROFILE)),--update-readme)
 
 list: venv
 	$(PY) -m distsgd list

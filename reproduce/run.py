@@ -16,8 +16,15 @@ Outputs (``OUT`` defaults to ``reproduce/runs/<profile>``, ``reproduce/runs/<pro
 with ``--dry-run``):
 
 * ``OUT/<NAME>.ipynb``   the executed notebook (saved after every cell, also when it fails);
-* ``OUT/summary.csv``    notebook, status, minutes, claims held / total, executed notebook;
-* figures and ``claims.csv`` are written by the notebooks to ``$DISTSGD_FIGURES/<NAME>/``.
+* ``OUT/summary.csv``    notebook, status, minutes, claims reproduced / contradicted /
+  inconclusive / total, executed notebook;
+* ``OUT/REPORT.md`` and ``OUT/REPORT.html``: every claim of every notebook run, with the paper's
+  value, the measured value and interval, the verdict and its reason (``distsgd.report``);
+* figures, ``claims.csv`` and ``invariants.csv`` are written by the notebooks to
+  ``$DISTSGD_FIGURES/<NAME>/``.
+
+``--report-only`` writes the report from the figures directory without executing anything;
+``--update-readme`` also rewrites the README's generated verdict table from it.
 
 The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
 ``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``.
@@ -64,8 +71,8 @@ DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
 DEFAULT_FIGURES_DIR = REPO_ROOT / "figures"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 PROFILE_KEYS = frozenset({"defaults", "notebooks"})
-SUMMARY_COLUMNS = ("notebook", "status", "minutes", "claims_held", "claims_total", "executed")
-TRUE_STRINGS = frozenset({"true", "1", "yes", "y"})
+VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.claims.VERDICTS
+SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 DRY_RUN_MAX_NPROC = "2"  # default worker cap of a dry run (DISTSGD_MAX_NPROC overrides it)
 DRY_RUN_MAX_BATCH = "16"  # default per-rank batch cap of a dry run (DISTSGD_MAX_BATCH_SIZE)
 DRY_RUN_MAX_EVAL = "64"  # default evaluation cap of a dry run (DISTSGD_MAX_EVAL_SAMPLES)
@@ -115,8 +122,7 @@ class Result:
     name: str
     status: str  # "ok" or "FAILED: ..."
     minutes: float | None = None
-    claims_held: int | None = None
-    claims_total: int | None = None
+    verdicts: dict[str, int] | None = None  # verdict -> number of claims; None: no claims table
     executed: Path | None = None
 
     @property
@@ -125,9 +131,10 @@ class Result:
 
     @property
     def claims(self) -> str:
-        if self.claims_total is None:
+        """e.g. '3 reproduced, 1 contradicted, 0 inconclusive', or '-' without a claims table."""
+        if self.verdicts is None:
             return "-"
-        return f"{self.claims_held}/{self.claims_total}"
+        return ", ".join(f"{self.verdicts[v]} {v}" for v in VERDICTS)
 
 
 # --------------------------------------------------------------------------- discovery
@@ -195,6 +202,20 @@ def select(notebooks: Mapping[str, Path], only: Sequence[str]) -> list[str]:
     return [n for n in notebooks if n in wanted]
 
 
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as {KEY: VALUE parsed as YAML}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: VALUE is not valid YAML: {exc}") from exc
+    return out
+
+
 def split_names(values: Sequence[str] | None) -> list[str]:
     """``--only`` values, which may also be comma or space separated."""
     return [part for v in values or () for part in v.replace(",", " ").split()]
@@ -203,8 +224,10 @@ def split_names(values: Sequence[str] | None) -> list[str]:
 # --------------------------------------------------------------------------- planning
 
 
-def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool) -> Plan:
-    """Merge the profile's parameters for one notebook and check them against its parameters cell."""
+def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool,
+                  overrides: Mapping[str, Any] | None = None) -> Plan:
+    """Merge the profile's parameters for one notebook and check them against its parameters cell;
+    `overrides` (``--set``) go last, to the notebooks whose parameters cell defines them."""
     try:
         declared = papermill.inspect_notebook(str(path))
     except Exception as exc:  # an unreadable notebook fails just this notebook
@@ -216,6 +239,9 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool) -> Pla
         parameters[key], sources[key] = value, f"profile {profile.name}: defaults"
     for key, value in profile.notebooks.get(name, {}).items():
         parameters[key], sources[key] = value, f"profile {profile.name}: notebooks.{name}"
+    for key, value in (overrides or {}).items():
+        if key in declared:
+            parameters[key], sources[key] = value, "--set"
     if dry_run:
         parameters["dry_run"], sources["dry_run"] = True, "--dry-run"
         if parameters.get("backend") == "nccl" and not gpu_available():
@@ -264,8 +290,8 @@ def dry_run_environment(out_dir: Path) -> None:
 # --------------------------------------------------------------------------- execution
 
 
-def read_claims(claims_csv: Path, before_ns: int | None) -> tuple[int, int] | None:
-    """(held, total) from a ``claims.csv`` written during this execution, else ``None``.
+def read_claims(claims_csv: Path, before_ns: int | None) -> dict[str, int] | None:
+    """{verdict: count} from a ``claims.csv`` written during this execution, else ``None``.
 
     The file counts only if it exists and its mtime differs from ``before_ns`` (its mtime
     before the notebook started, ``None`` if it did not exist then), so a table left over from
@@ -282,8 +308,7 @@ def read_claims(claims_csv: Path, before_ns: int | None) -> tuple[int, int] | No
             rows = list(csv.DictReader(fh))
     except (OSError, csv.Error):
         return None
-    held = sum(str(row.get("holds", "")).strip().lower() in TRUE_STRINGS for row in rows)
-    return held, len(rows)
+    return {v: sum(str(row.get("verdict", "")).strip() == v for row in rows) for v in VERDICTS}
 
 
 def _mtime_ns(path: Path) -> int | None:
@@ -334,8 +359,7 @@ def execute(
         name=plan.name,
         status=status,
         minutes=minutes,
-        claims_held=claims[0] if claims else None,
-        claims_total=claims[1] if claims else None,
+        verdicts=claims,
         executed=output if output.exists() else None,
     )
 
@@ -416,13 +440,14 @@ def write_summary(results: Sequence[Result], path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(SUMMARY_COLUMNS)
         for r in results:
+            counts = [""] * (len(VERDICTS) + 1) if r.verdicts is None else [
+                *(r.verdicts[v] for v in VERDICTS), sum(r.verdicts.values())]
             writer.writerow(
                 (
                     r.name,
                     r.status,
                     "" if r.minutes is None else f"{r.minutes:.2f}",
-                    "" if r.claims_held is None else r.claims_held,
-                    "" if r.claims_total is None else r.claims_total,
+                    *counts,
                     "" if r.executed is None else r.executed,
                 )
             )
@@ -502,6 +527,22 @@ def build_parser() -> argparse.ArgumentParser:
         "and default FIGURES OUT/figures, so real results are not overwritten",
     )
     parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="set a parameter (VALUE read as YAML: 3, [2, 4], true) in every selected notebook "
+        "whose parameters cell defines KEY, after the profile; repeatable. A KEY that no selected "
+        "notebook defines is an error",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="execute nothing: write OUT/REPORT.md and OUT/REPORT.html from the claims tables "
+        "under FIGURES",
+    )
+    parser.add_argument(
+        "--update-readme", action="store_true",
+        help="also rewrite the README's generated verdict table (between its verdicts markers) "
+        "from the report's claims",
+    )
+    parser.add_argument(
         "--list", action="store_true",
         help="print the notebooks and the parameters each gets under the profile; run nothing",
     )
@@ -559,6 +600,20 @@ def kernel_environment(profile: str, figures_dir: Path) -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (lib, path) if p)
 
 
+def write_report(figures_dir: Path, out_dir: Path, profile: str, names: Sequence[str],
+                 update_readme: bool) -> None:
+    """OUT/REPORT.md and OUT/REPORT.html of these notebooks' claims; with `update_readme`, the
+    README's generated verdict table too."""
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd import report
+
+    say(f"report: {report.write(figures_dir, out_dir, profile, names)} (and REPORT.html)")
+    if update_readme:
+        claims, invariants = report.collect(figures_dir, names)
+        changed = report.update_readme(REPO_ROOT / "README.md", report.readme_block(claims, invariants))
+        say(f"README.md verdict table {'updated' if changed else 'unchanged'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -585,12 +640,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {exc}", file=sys.stderr)
         return 2
 
-    plans = [plan_notebook(n, notebooks[n], profile, args.dry_run) for n in names]
+    try:
+        overrides = parse_overrides(args.overrides)
+    except ConfigError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
+    plans = [plan_notebook(n, notebooks[n], profile, args.dry_run, overrides) for n in names]
+    unused = sorted(set(overrides) - {k for p in plans for k in p.declared})
+    if unused:
+        say(f"error: --set {', '.join(unused)}: defined by none of {', '.join(names)}", file=sys.stderr)
+        return 2
     if args.list:
         list_plans(profile, plans)
         return 1 if any(p.problems for p in plans) else 0
 
     out_dir, figures_dir = resolve_dirs(args)
+    if args.report_only:
+        write_report(figures_dir, out_dir, profile.name, names, args.update_readme)
+        return 0
     kernel_environment(profile.name, figures_dir)
     if args.dry_run:
         dry_run_environment(out_dir)
@@ -599,6 +666,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary_csv = out_dir / "summary.csv"
     write_summary(results, summary_csv)
+    write_report(figures_dir, out_dir, profile.name, [r.name for r in results if r.verdicts is not None],
+                 args.update_readme)
     say("")
     say(summary_table(results))
     failed = [r.name for r in results if not r.ok]

@@ -18,3 +18,11 @@ def _isolated_results(tmp_path, monkeypatch):
 
 def pytest_configure(config):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def repo_figures():
+    """The committed figures/ of the checkout (claims tables of the last quick-profile run)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "figures"

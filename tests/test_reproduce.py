@@ -29,13 +29,13 @@ CLAIMS_CELL = textwrap.dedent(
     out = Path(os.environ["DISTSGD_FIGURES"]) / NAME
     out.mkdir(parents=True, exist_ok=True)
     rows = [
-        ("x is positive", "> 0", x, x > 0),
-        ("x equals 2", 2, x, x == 2),
-        ("dry run", True, dry_run, dry_run),
+        ("x_pos", "x is positive", "> 0", x, "reproduced" if x > 0 else "contradicted"),
+        ("x_two", "x equals 2", 2, x, "reproduced" if x == 2 else "contradicted"),
+        ("dry", "dry run", True, dry_run, "reproduced" if dry_run else "inconclusive"),
     ]
     with open(out / "claims.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["claim", "paper", "measured", "holds"])
+        w.writerow(["id", "claim", "paper", "measured", "verdict"])
         w.writerows(rows)
     seen = {"profile": os.environ.get("DISTSGD_PROFILE"), "cwd": os.getcwd()}
     print(seen)
@@ -116,7 +116,7 @@ def test_runs_notebooks_and_summarises_claims(project: Project) -> None:
     # A claims table left by an earlier run of 01_beta (which writes none) must not be counted.
     stale = project.figures / "01_beta" / "claims.csv"
     stale.parent.mkdir()
-    stale.write_text("claim,paper,measured,holds\nold,1,1,True\n")
+    stale.write_text("id,claim,paper,measured,verdict\nold,old,1,1,reproduced\n")
 
     proc = project.run("--only", "00", "--only", "01_beta", "--jobs", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -135,10 +135,14 @@ def test_runs_notebooks_and_summarises_claims(project: Project) -> None:
     summary = project.summary()
     assert list(summary) == ["00_alpha", "01_beta"]
     alpha, beta = summary["00_alpha"], summary["01_beta"]
-    assert (alpha["status"], alpha["claims_held"], alpha["claims_total"]) == ("ok", "2", "3")
-    assert (beta["status"], beta["claims_held"], beta["claims_total"]) == ("ok", "", "")
+    assert (alpha["status"], alpha["reproduced"], alpha["contradicted"], alpha["inconclusive"],
+            alpha["claims_total"]) == ("ok", "2", "0", "1", "3")
+    assert (beta["status"], beta["reproduced"], beta["claims_total"]) == ("ok", "", "")
+    report = (project.out / "REPORT.md").read_text()             # the report lists 00_alpha's claims only
+    assert "## 00_alpha" in report and "x equals 2" in report and "01_beta" not in report
+    assert "x equals 2" in (project.out / "REPORT.html").read_text()
     table = proc.stdout[proc.stdout.index("notebook  "):]
-    assert "2/3" in table and "FAILED" not in table
+    assert "2 reproduced, 0 contradicted, 1 inconclusive" in table and "FAILED" not in table
 
 
 def test_failing_notebook_sets_exit_status(project: Project) -> None:
@@ -154,7 +158,7 @@ def test_dry_run_reaches_notebook(project: Project) -> None:
     proc = project.run("--only", "00_alpha", "--dry-run")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "dry_run = True" in injected_parameters(project.out / "00_alpha.ipynb")
-    assert project.summary()["00_alpha"]["claims_held"] == "3"
+    assert project.summary()["00_alpha"]["reproduced"] == "3"
 
 
 def test_dry_run_without_parameter_fails_before_executing(project: Project) -> None:
@@ -247,3 +251,14 @@ def test_help_describes_profiles() -> None:
     assert proc.returncode == 0
     for word in ("quick", "full", "--dry-run", "summary.csv", "examples"):
         assert word in proc.stdout
+
+
+def test_set_overrides_the_notebooks_that_define_the_parameter(project: Project) -> None:
+    proc = project.run("--list", "--set", "x=5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(l for l in proc.stdout.splitlines() if "[--set]" in l)   # 00_alpha's and 01_beta's x
+    assert line.split() == ["x", "=", "5", "[--set]"]
+    proc = project.run("--list", "--set", "nope=1")
+    assert proc.returncode == 2 and "--set nope: defined by none of" in proc.stderr
+    proc = project.run("--list", "--set", "novalue")
+    assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr

@@ -1,78 +1,281 @@
-"""The claims table that ends every notebook: the paper's claim, what this run measured, and
-whether it holds. Every row is computed from the run; `check()` asserts them all."""
+"""The claims table that ends every notebook: each paper claim with a test fixed before the run,
+what this run measured, and a verdict that can fail.
+
+A claim is *registered* before the runs (`Claims.register`): the quantity it is about, the side of
+a threshold on which it holds, and the statistic whose interval decides it (a `Test`). After the
+runs it is *decided* (`Claims.decide`) from that interval:
+
+* ``reproduced``   the interval lies on the claim's side of the threshold;
+* ``contradicted`` the interval lies on the other side;
+* ``inconclusive`` the interval contains the threshold, or a condition checked before the claim's
+  own measurement (`Claims.precheck`: the experiment's resolution is coarser than the claimed
+  effect, a machine cannot run the measurement) says it cannot be decided.
+
+Identities that hold by construction (bytes from declared wire formats, 1 - 1/K reductions,
+identical trajectories of lossless schedules) are *invariants* (`Claims.invariant`): asserted
+always, shown in their own table, never counted as reproduced claims.
+
+`Claims.check` asserts the invariants, that every registered claim was decided, and that every
+verdict equals the expected-verdict ledger ``reproduce/expected/<profile>.csv`` (`ledger`).
+"""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
-NOT_REPRODUCED = "not reproduced"
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+VERDICTS = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
+CLAIM_COLUMNS = ["id", "claim", "paper", "test", "estimate", "low", "high", "measured", "verdict", "reason"]
+INVARIANT_COLUMNS = ["invariant", "expected", "measured", "holds"]
+LEVEL = 0.95
+
+
+# --------------------------------------------------------------------------- intervals (scipy.stats)
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Confidence interval of mean(a) - mean(b) from independent samples (Welch's t, unequal
+    variances). Needs at least two values in each sample."""
+    ci = stats.ttest_ind(np.asarray(a, float), np.asarray(b, float), equal_var=False).confidence_interval(level)
+    return float(ci.low), float(ci.high)
+
+
+def paired_interval(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Confidence interval of the mean of a - b over pairs that share a seed (paired t)."""
+    ci = stats.ttest_rel(np.asarray(a, float), np.asarray(b, float)).confidence_interval(level)
+    return float(ci.low), float(ci.high)
+
+
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Confidence interval of the mean of `values` (one-sample t)."""
+    ci = stats.ttest_1samp(np.asarray(values, float), 0.0).confidence_interval(level)
+    return float(ci.low), float(ci.high)
+
+
+def wilson_interval(accuracy: float, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of an accuracy measured on `n` test samples."""
+    ci = stats.binomtest(round(accuracy * n), n).proportion_ci(level, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def accuracy_difference_interval(acc_a: float, acc_b: float, n: int,
+                                 level: float = LEVEL) -> tuple[float, float]:
+    """Interval of acc_a - acc_b, two accuracies each measured on `n` test samples: Newcombe's
+    hybrid score interval (method 10), built from the two Wilson intervals. It treats the two
+    evaluations as independent, which is conservative for two models scored on the same samples."""
+    (la, ua), (lb, ub) = wilson_interval(acc_a, n, level), wilson_interval(acc_b, n, level)
+    d = acc_a - acc_b
+    return (d - math.sqrt((acc_a - la) ** 2 + (ub - acc_b) ** 2),
+            d + math.sqrt((ua - acc_a) ** 2 + (acc_b - lb) ** 2))
 
 
 def accuracy_resolution(accuracy: float, n: int) -> float:
-    """Two standard errors, in accuracy points (0-100), of the difference of two accuracies near
-    `accuracy`, each measured on the same `n` test examples (binomial). A difference smaller
-    than this cannot be told from evaluation noise, so claims finer than it cannot be shown."""
-    return 200 * (2 * accuracy * (1 - accuracy) / n) ** 0.5
+    """Half-width, in accuracy points (0-100), of the interval of a difference of two accuracies
+    near `accuracy`, each on `n` test examples. A claimed effect finer than this cannot be decided
+    by the test set, whatever the runs measure: state it as a precheck before the run."""
+    lo, hi = accuracy_difference_interval(accuracy, accuracy, n)
+    return 100 * (hi - lo) / 2
 
 
-def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """A distribution-free confidence interval for the median of `values`: the order statistics
-    x_(k) and x_(n+1-k) with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) <= k - 1)
-    is at least `level` (n = 9 at 0.95: x_(2), x_(8), coverage 0.961). Outliers move it little,
-    unlike an interval from the standard deviation. With too few values for `level` (n < 6 at
-    0.95) it is the whole range, whose coverage 1 - 2^(1-n) is then below `level`."""
-    x = sorted(values)
-    n = len(x)
-    if n == 0:
+def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of `values` (`scipy.stats.
+    quantile_test`: order statistics, e.g. x_(2), x_(8) for n = 9 at 0.95). Outliers move it
+    little, unlike an interval from the standard deviation. With too few values for `level`
+    (n < 6 at 0.95) it is the whole range."""
+    x = np.sort(np.asarray(values, float))
+    if len(x) == 0:
         raise ValueError("median_interval needs at least one value")
+    ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(level)
+    lo = x[0] if not np.isfinite(ci.low) else ci.low
+    hi = x[-1] if not np.isfinite(ci.high) else ci.high
+    return float(lo), float(hi)
 
-    def coverage(k: int) -> float:
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
 
-    k = 1
-    while k < (n + 1) // 2 and coverage(k + 1) >= level:
-        k += 1
-    return x[k - 1], x[n - k]
+# --------------------------------------------------------------------------- the pre-registered test
+
+
+@dataclass(frozen=True)
+class Test:
+    """A claim's test, fixed before the run: the claim holds when `quantity` lies on `side` of
+    `threshold`, judged on the `statistic`'s interval (95% unless it says otherwise)."""
+
+    __test__ = False    # not a pytest test class
+
+    quantity: str
+    side: str           # ">=" or "<=": the claim's side of the threshold
+    threshold: float
+    statistic: str
+
+    def __post_init__(self) -> None:
+        if self.side not in (">=", "<="):
+            raise ValueError(f"Test.side must be '>=' or '<=', got {self.side!r}")
+
+    def verdict(self, low: float, high: float) -> str:
+        """reproduced / contradicted / inconclusive for an interval [low, high] of the quantity."""
+        if not (math.isfinite(low) and math.isfinite(high)):
+            return INCONCLUSIVE
+        if self.side == ">=":
+            return REPRODUCED if low >= self.threshold else CONTRADICTED if high < self.threshold else INCONCLUSIVE
+        return REPRODUCED if high <= self.threshold else CONTRADICTED if low > self.threshold else INCONCLUSIVE
+
+    def __str__(self) -> str:
+        return f"{self.quantity} {self.side} {self.threshold:g} ({self.statistic})"
+
+
+@dataclass
+class Claim:
+    id: str
+    claim: str
+    paper: str
+    test: Test
+    precheck: str | None = None       # why it cannot be decided, known before its measurement
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    measured: str = ""
+    verdict: str | None = None
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- the table
 
 
 @dataclass
 class Claims:
-    """Collects rows, shows them as a table, writes claims.csv, and asserts them."""
+    """One notebook's claims (registered before the runs, decided after) and invariants."""
 
-    rows: list[dict] = field(default_factory=list)
+    notebook: str
+    claims: dict[str, Claim] = field(default_factory=dict)
+    invariants: list[dict] = field(default_factory=list)
 
-    def add(self, claim: str, paper: str, measured: str, holds: bool) -> bool:
-        """One checked claim: `paper` is what the paper reports (or states), `measured` what this
-        run gave, `holds` whether the measured value supports the claim."""
-        self.rows.append({"claim": claim, "paper": paper, "measured": measured,
-                          "holds": bool(holds)})
+    def register(self, id: str, claim: str, paper: str, test: Test) -> None:
+        """Fix a claim's test before the run. `paper` is what the paper reports or states."""
+        if id in self.claims:
+            raise ValueError(f"claim {id!r} is registered twice")
+        self.claims[id] = Claim(id, claim, paper, test)
+
+    def precheck(self, id: str, reason: str) -> None:
+        """Mark a claim inconclusive for a reason checked before its own measurement is looked at
+        (a resolution coarser than the claimed effect, a machine condition). Its measurement is
+        still recorded by `decide`, and shown, but does not decide it."""
+        c = self._get(id)
+        if c.verdict is not None:
+            raise RuntimeError(f"claim {id!r} was already decided: a precheck must come before its measurement")
+        c.precheck = reason
+
+    def decide(self, id: str, low: float, high: float, estimate: float, measured: str = "") -> str:
+        """Decide a registered claim from its interval [low, high] and point estimate; `measured`
+        adds the values a reader needs (per-seed numbers, the baseline's value). Returns the verdict."""
+        c = self._get(id)
+        if c.verdict is not None:
+            raise RuntimeError(f"claim {id!r} is decided twice")
+        c.low, c.high, c.estimate, c.measured = float(low), float(high), float(estimate), measured
+        where = f"{c.test.quantity} = {estimate:.4g}, interval [{low:.4g}, {high:.4g}]"
+        if c.precheck:
+            c.verdict, c.reason = INCONCLUSIVE, f"precheck: {c.precheck}"
+        else:
+            c.verdict = c.test.verdict(c.low, c.high)
+            c.reason = {REPRODUCED: f"{where} on the claim's side of {c.test.threshold:g}",
+                        CONTRADICTED: f"{where} on the other side of {c.test.threshold:g}",
+                        INCONCLUSIVE: f"{where} contains {c.test.threshold:g}"}[c.verdict]
+        return c.verdict
+
+    def invariant(self, name: str, expected: str, measured: str, holds: bool) -> bool:
+        """An identity that holds by construction: asserted by `check`, not a reproduced claim."""
+        self.invariants.append({"invariant": name, "expected": expected, "measured": measured,
+                                "holds": bool(holds)})
         return bool(holds)
 
-    def not_reproduced(self, claim: str, paper: str, reason: str,
-                       because: str = "at this scale") -> None:
-        """A claim this run cannot show (`because` says why in general: too small a scale, a
-        reconstructed rule, ...): kept in the table with the measured values in `reason`, not
-        asserted."""
-        self.rows.append({"claim": claim, "paper": paper,
-                          "measured": f"{NOT_REPRODUCED} {because}: {reason}", "holds": None})
+    def _get(self, id: str) -> Claim:
+        if id not in self.claims:
+            raise KeyError(f"claim {id!r} was not registered; registered: {', '.join(self.claims)}")
+        return self.claims[id]
+
+    # ----------------------------------------------------------------------- output
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=["claim", "paper", "measured", "holds"])
+        rows = [{"id": c.id, "claim": c.claim, "paper": c.paper, "test": str(c.test), "estimate": c.estimate,
+                 "low": c.low, "high": c.high, "measured": c.measured, "verdict": c.verdict, "reason": c.reason}
+                for c in self.claims.values()]
+        return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+    def invariants_table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.invariants, columns=INVARIANT_COLUMNS)
 
     def save(self, directory: Path) -> Path:
+        """Write claims.csv (and invariants.csv when there are invariants) into `directory`."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "claims.csv"
         self.table().to_csv(path, index=False)
+        inv = directory / "invariants.csv"
+        if self.invariants:
+            self.invariants_table().to_csv(inv, index=False)
+        elif inv.exists():
+            inv.unlink()
         return path
 
-    def check(self) -> None:
-        """Raise AssertionError listing every checked claim that does not hold."""
-        failed = [r for r in self.rows if r["holds"] is False]
-        if failed:
-            lines = "\n".join(f"- {r['claim']}: measured {r['measured']} (paper: {r['paper']})"
-                              for r in failed)
-            raise AssertionError(f"{len(failed)} claim(s) do not hold:\n{lines}")
+    def check(self, ledger: pd.DataFrame | None = None) -> None:
+        """Assert every invariant, that every claim was decided, and that every verdict is the
+        ledger's (`ledger` defaults to the one of $DISTSGD_PROFILE, else quick; a profile without
+        a ledger asserts no verdict)."""
+        problems = [f"- invariant {r['invariant']!r} does not hold: measured {r['measured']} "
+                    f"(expected {r['expected']})" for r in self.invariants if not r["holds"]]
+        problems += [f"- claim {c.id!r} was registered but never decided" for c in self.claims.values()
+                     if c.verdict is None]
+        if ledger is None:
+            ledger = load_ledger(os.environ.get("DISTSGD_PROFILE", "quick"))
+        if ledger is not None:
+            problems += ledger_mismatches(self.notebook, self.table(), ledger)
+        if problems:
+            raise AssertionError(f"{self.notebook}: {len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+# --------------------------------------------------------------------------- the expected-verdict ledger
+
+LEDGER_COLUMNS = ["notebook", "id", "verdict", "why"]
+
+
+def ledger_path(profile: str) -> Path:
+    from .paths import repo_root
+    return repo_root() / "reproduce" / "expected" / f"{profile}.csv"
+
+
+def load_ledger(profile: str) -> pd.DataFrame | None:
+    """The expected verdicts of a profile, or None where the profile has no ledger. A verdict
+    may list alternatives ("reproduced|inconclusive") for a claim whose machine precheck can go
+    either way; `why` says so."""
+    path = ledger_path(profile)
+    if not path.is_file():
+        return None
+    ledger = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = set(LEDGER_COLUMNS) - set(ledger.columns)
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {sorted(missing)}; expected {LEDGER_COLUMNS}")
+    for v in ledger.verdict:
+        bad = set(v.split("|")) - set(VERDICTS)
+        if bad:
+            raise ValueError(f"{path}: verdict {v!r} is not one of {VERDICTS} (alternatives joined by '|')")
+    return ledger
+
+
+def ledger_mismatches(notebook: str, table: pd.DataFrame, ledger: pd.DataFrame) -> list[str]:
+    """Where a notebook's claims table and the ledger disagree: a verdict that differs (either
+    direction), a claim the ledger lacks, a ledger row no claim answers."""
+    expected = {r.id: r for r in ledger[ledger.notebook == notebook].itertuples()}
+    problems = []
+    for row in table.itertuples():
+        exp = expected.pop(row.id, None)
+        if exp is None:
+            problems.append(f"- claim {row.id!r} ({row.verdict}) is not in the ledger")
+        elif row.verdict not in exp.verdict.split("|"):
+            problems.append(f"- claim {row.id!r}: verdict {row.verdict}, ledger expects {exp.verdict} "
+                            f"({exp.why}); {row.reason}")
+    problems += [f"- ledger row {i!r} ({e.verdict}) has no claim in the notebook" for i, e in expected.items()]
+    return problems

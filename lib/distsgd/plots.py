@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -20,16 +20,22 @@ AXES = {
 METRICS = {"train_loss": "training loss", "test_loss": "test loss", "test_acc": "test accuracy"}
 
 
-def tidy(results: Iterable[Result], label: str = "label") -> pd.DataFrame:
-    """All runs' metrics in one long table with a `label` column naming the run."""
-    frames = [r.metrics.assign(**{label: r.label}) for r in results]
+Runs = Iterable[Result] | Mapping[str, Result]
+
+
+def tidy(results: Runs, label: str = "label") -> pd.DataFrame:
+    """All runs' metrics in one long table with a `label` column naming the run: the mapping's
+    keys when `results` is a {label: run} mapping, else each run's own label."""
+    pairs = results.items() if isinstance(results, Mapping) else ((r.label, r) for r in results)
+    frames = [r.metrics.assign(**{label: name}) for name, r in pairs]
     return pd.concat(frames, ignore_index=True)
 
 
-def curves(results: Iterable[Result], y: str = "train_loss",
+def curves(results: Runs, y: str = "train_loss",
            xs: tuple[str, ...] = ("step", "comm_bytes", "wall_s"), logy: bool = False,
            title: str = "", path: Path | None = None) -> plt.Figure:
-    """One panel per x axis, one line per run; saved to `path` (PNG) if given."""
+    """One panel per x axis, one line per run (labelled by the keys of a {label: run} mapping);
+    saved to `path` (PNG) if given."""
     df = tidy(results).dropna(subset=[y])
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, len(xs), figsize=(5 * len(xs), 3.8), squeeze=False)

@@ -106,6 +106,10 @@ class TensorSource(DataSource):
             stop = min(start + batch_size, n)
             yield self._to_input(x[start:stop].to(device)), y[start:stop].to(device)
 
+    def batch(self, indices: Tensor) -> Batch:
+        """The training samples `indices` as model input and targets (no augmentation)."""
+        return self._to_input(self.train_x[indices]), self.train_y[indices]
+
     def _to_input(self, x: Tensor) -> Tensor:
         """Stored samples -> model input. Identity for datasets stored as float inputs."""
         return x
