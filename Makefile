@@ -6,7 +6,7 @@ PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv test test-unit test-notebooks test-cluster reproduce report list clean
+.PHONY: venv test test-unit test-notebooks test-params test-cluster reproduce report list clean
 
 # The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,10 @@ test-unit: venv
 
 test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
+
+# Every notebook at nproc 3 and 8 with other seeds (dry-run length; about 20 min, not part of `test`).
+test-params: venv
+	DISTSGD_SLOW_TESTS=1 $(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
 
 # The cluster path (also part of `test`): full-profile dry run, SLURM, torchrun over namespaces.
 test-cluster: venv
