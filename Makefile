@@ -27,7 +27,8 @@ test-unit: venv
 test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
 
-# Every notebook at nproc 3 and 8 with other seeds (dry-run length; about 20 min, not part of `test`).
+# Every notebook at nproc 3 and 8 with other seeds (dry-run length), and 07/10 benchmarking on 8 ranks;
+# `test` runs the nproc-3 case only (CI time).
 test-params: venv
 	DISTSGD_SLOW_TESTS=1 $(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
 

@@ -37,8 +37,8 @@ fails here. What this machine cannot provide is replaced, and only that:
   tiny JPEGs) written to ``OUT/data``, with ``DISTSGD_DATA`` pointing there and
   ``DISTSGD_DATA_VERIFY=0`` (their checksums are not the release's);
 * cost: ``DISTSGD_MAX_NPROC`` (default 2) caps the worker processes of each run,
-  ``DISTSGD_MAX_BATCH_SIZE`` (default 16) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
-  (default 64) the samples of each evaluation; each config is validated as the profile asks
+  ``DISTSGD_MAX_BATCH_SIZE`` (default 4) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
+  (default 4) the samples of each evaluation; each config is validated as the profile asks
   before it is capped (``distsgd.runner.apply_caps``). Set a variable to 0 to lift its cap
   (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
 * ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
@@ -74,13 +74,13 @@ PROFILE_KEYS = frozenset({"defaults", "notebooks"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 DRY_RUN_MAX_NPROC = "2"  # default worker cap of a dry run (DISTSGD_MAX_NPROC overrides it)
-DRY_RUN_MAX_BATCH = "16"  # default per-rank batch cap of a dry run (DISTSGD_MAX_BATCH_SIZE)
-DRY_RUN_MAX_EVAL = "64"  # default evaluation cap of a dry run (DISTSGD_MAX_EVAL_SAMPLES)
+DRY_RUN_MAX_BATCH = "4"  # default per-rank batch cap of a dry run (DISTSGD_MAX_BATCH_SIZE)
+DRY_RUN_MAX_EVAL = "4"  # default evaluation cap of a dry run (DISTSGD_MAX_EVAL_SAMPLES)
 
 _print_lock = threading.Lock()
 
 
-class ConfigError(Exception):
+class UsageError(Exception):
     """A usage or configuration error: reported on stderr, exit status 2."""
 
 
@@ -116,7 +116,7 @@ class Plan:
 
 
 @dataclass
-class Result:
+class NotebookOutcome:
     """The outcome of one notebook."""
 
     name: str
@@ -143,7 +143,7 @@ class Result:
 def discover_notebooks(notebooks_dir: Path) -> dict[str, Path]:
     """The ``NN_*.ipynb`` notebooks of a directory, by stem, in sorted order."""
     if not notebooks_dir.is_dir():
-        raise ConfigError(f"notebooks directory {notebooks_dir} does not exist")
+        raise UsageError(f"notebooks directory {notebooks_dir} does not exist")
     return {p.stem: p for p in sorted(notebooks_dir.glob(NOTEBOOK_GLOB)) if p.is_file()}
 
 
@@ -157,16 +157,16 @@ def load_profile(name: str, profiles_dir: Path) -> Profile:
     path = profiles_dir / f"{name}.yaml"
     if not path.is_file():
         names = ", ".join(available_profiles(profiles_dir)) or "none"
-        raise ConfigError(f"unknown profile {name!r} (available in {profiles_dir}: {names})")
+        raise UsageError(f"unknown profile {name!r} (available in {profiles_dir}: {names})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"profile {path} is not valid YAML: {exc}") from exc
+        raise UsageError(f"profile {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"profile {path}: expected a mapping with keys defaults, notebooks")
+        raise UsageError(f"profile {path}: expected a mapping with keys defaults, notebooks")
     unknown = set(map(str, data)) - PROFILE_KEYS
     if unknown:
-        raise ConfigError(
+        raise UsageError(
             f"profile {path}: unknown top-level key(s) {', '.join(sorted(unknown))} "
             f"(allowed: {', '.join(sorted(PROFILE_KEYS))})"
         )
@@ -184,7 +184,7 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{what} must be a mapping, got {type(value).__name__}")
+        raise UsageError(f"{what} must be a mapping, got {type(value).__name__}")
     return {str(k): v for k, v in value.items()}
 
 
@@ -197,7 +197,7 @@ def select(notebooks: Mapping[str, Path], only: Sequence[str]) -> list[str]:
         matches = [n for n in notebooks if item in (n, n.split("_", 1)[0])]
         if not matches:
             names = ", ".join(notebooks) or "none"
-            raise ConfigError(f"unknown notebook {item!r} (available: {names})")
+            raise UsageError(f"unknown notebook {item!r} (available: {names})")
         wanted.update(matches)
     return [n for n in notebooks if n in wanted]
 
@@ -208,11 +208,11 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: VALUE is not valid YAML: {exc}") from exc
+            raise UsageError(f"--set {item!r}: VALUE is not valid YAML: {exc}") from exc
     return out
 
 
@@ -334,7 +334,7 @@ def execute(
     figures_dir: Path,
     kernel: str,
     log_output: bool,
-) -> Result:
+) -> NotebookOutcome:
     """Run one notebook with papermill and collect its claims; never raises."""
     output = out_dir / f"{plan.name}.ipynb"
     claims_csv = figures_dir / plan.name / "claims.csv"
@@ -355,7 +355,7 @@ def execute(
         status = f"FAILED: {_first_line(exc)}"
     minutes = (time.monotonic() - start) / 60
     claims = read_claims(claims_csv, before)
-    return Result(
+    return NotebookOutcome(
         name=plan.name,
         status=status,
         minutes=minutes,
@@ -371,13 +371,13 @@ def run_all(
     jobs: int,
     kernel: str,
     log_output: bool,
-) -> list[Result]:
+) -> list[NotebookOutcome]:
     """Execute the runnable plans, ``jobs`` at a time; results in notebook order."""
-    results: dict[str, Result] = {}
+    results: dict[str, NotebookOutcome] = {}
     runnable = []
     for plan in plans:
         if plan.problems:
-            results[plan.name] = Result(plan.name, f"FAILED: {plan.problems[0]}")
+            results[plan.name] = NotebookOutcome(plan.name, f"FAILED: {plan.problems[0]}")
             for problem in plan.problems:
                 say(f"{plan.name}: not executed: {problem}", file=sys.stderr)
         else:
@@ -422,7 +422,7 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def summary_table(results: Sequence[Result], max_status: int = 90) -> str:
+def summary_table(results: Sequence[NotebookOutcome], max_status: int = 90) -> str:
     """The end-of-run table: notebook, status, minutes, claims."""
     rows = [("notebook", "status", "minutes", "claims")]
     for r in results:
@@ -432,7 +432,7 @@ def summary_table(results: Sequence[Result], max_status: int = 90) -> str:
     return format_table(rows)
 
 
-def write_summary(results: Sequence[Result], path: Path) -> None:
+def write_summary(results: Sequence[NotebookOutcome], path: Path) -> None:
     """``summary.csv``: one row per notebook (claims empty when the notebook wrote none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
@@ -521,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pass dry_run=True (tiny steps, stand-in data) to every notebook; a notebook "
         "without a dry_run parameter fails. Writes stand-in CIFAR/ImageNet files to OUT/data, "
         "caps processes, batch and evaluation per run ($DISTSGD_MAX_NPROC=2, "
-        "$DISTSGD_MAX_BATCH_SIZE=16, $DISTSGD_MAX_EVAL_SAMPLES=64 unless set), nccl -> gloo "
+        "$DISTSGD_MAX_BATCH_SIZE=4, $DISTSGD_MAX_EVAL_SAMPLES=4 unless set), nccl -> gloo "
         "without a GPU. "
         "Default OUT becomes reproduce/runs/<profile>-dry-run "
         "and default FIGURES OUT/figures, so real results are not overwritten",
@@ -628,21 +628,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         notebooks = discover_notebooks(args.notebooks_dir.resolve())
         missing = sorted(set(profile.notebooks) - set(notebooks))
         if missing:
-            raise ConfigError(
+            raise UsageError(
                 f"profile {profile.path} has entries for notebooks that do not exist in "
                 f"{args.notebooks_dir}: {', '.join(missing)} "
                 f"(available: {', '.join(notebooks) or 'none'})"
             )
         names = select(notebooks, split_names(args.only))
         if not names:
-            raise ConfigError(f"no notebooks matching {NOTEBOOK_GLOB} in {args.notebooks_dir}")
-    except ConfigError as exc:
+            raise UsageError(f"no notebooks matching {NOTEBOOK_GLOB} in {args.notebooks_dir}")
+    except UsageError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return 2
 
     try:
         overrides = parse_overrides(args.overrides)
-    except ConfigError as exc:
+    except UsageError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return 2
     plans = [plan_notebook(n, notebooks[n], profile, args.dry_run, overrides) for n in names]

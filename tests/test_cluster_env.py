@@ -111,8 +111,11 @@ def test_caps_validate_first_then_cap(monkeypatch) -> None:
     assert (c.nproc, c.params) == (2, {"speeds": [1.0, 0.3], "period": 2})
     with pytest.raises(ConfigError, match="params.speeds"):   # a list of the wrong length fails
         runner.apply_caps(Config(algo="cocod_sgd", nproc=8, params={"speeds": speeds[:3]}))
+    # what is sized outside a Config (the schedule benchmark's worker counts and batch)
+    assert (runner.capped("nproc", 8), runner.capped("batch_size", 128), runner.capped("batch_size", 4)) == (2, 16, 4)
     monkeypatch.setenv("DISTSGD_MAX_NPROC", "0")          # 0: no cap
     assert runner.apply_caps(Config(nproc=8, batch_size=8, eval_samples=8)).nproc == 8
+    assert runner.capped("nproc", 8) == 8
 
 
 def test_standins_load_through_real_loaders(tmp_path, monkeypatch) -> None:

@@ -3,7 +3,7 @@ stand-in data in the real formats (`reproduce/run.py --profile full --dry-run`).
 
 A typo in reproduce/profiles/full.yaml or a full-profile config the library rejects fails here.
 This is the slowest test of the suite: ResNet-18 runs, each capped at 2 worker processes, a per-rank
-batch of 16 and 64 evaluation samples (see reproduce/run.py).
+batch of 4 and 4 evaluation samples (see reproduce/run.py).
 """
 from __future__ import annotations
 

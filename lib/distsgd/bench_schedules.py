@@ -107,14 +107,17 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
     net = algo.setup(model, optimizer, comm, config)
     batches = synthetic_batches(INPUT_SHAPES[case.model], batch_size, seed=rank)
     net.train()
-    train_steps(algo, net, optimizer, batches, 0, warmup)
-    comm.barrier()
-    t0 = time.perf_counter()
-    train_steps(algo, net, optimizer, batches, warmup, steps)
-    algo.finalize()
-    elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64)
-    comm.assert_drained()
-    return comm.reduce_uncounted(elapsed, op="max").item()
+    try:
+        train_steps(algo, net, optimizer, batches, 0, warmup)
+        comm.barrier()
+        t0 = time.perf_counter()
+        train_steps(algo, net, optimizer, batches, warmup, steps)
+        algo.finalize()
+        elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64)
+        comm.assert_drained()
+        return comm.reduce_uncounted(elapsed, op="max").item()
+    finally:
+        algo.close()                        # the next case's model must not add to this one's
 
 
 def grad_bytes(model: str) -> int:
@@ -225,12 +228,15 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     repeat, step_s, grad_bytes, compute_s (median compute-only step time of that model and p),
     efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
     labelled 'compute' are the no-communication baseline (net_name 'none'). $DISTSGD_MAX_NPROC
-    caps p, as it caps the worker processes of a run (the full-profile dry run sets it)."""
+    and $DISTSGD_MAX_BATCH_SIZE cap p and the batch as they cap a run's (`distsgd.runner`; the
+    full-profile dry run sets them)."""
+    from .runner import capped
+
     cases = list(cases or DEFAULT_CASES)
     networks = dict(networks or NETWORKS)
     models = list(models)
-    cap = int(os.environ.get("DISTSGD_MAX_NPROC") or 0)       # as for runs (distsgd.runner)
-    nprocs = sorted({min(p, cap) if cap else p for p in nprocs})
+    nprocs = sorted({capped("nproc", p) for p in nprocs})
+    batch_size = capped("batch_size", batch_size)
     rows = []
     for p in nprocs:
         rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,

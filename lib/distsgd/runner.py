@@ -39,6 +39,13 @@ def _cap(env: str) -> int:
     return int(os.environ.get(env) or 0)
 
 
+def capped(field: str, value: int) -> int:
+    """`value` of `field` ('nproc', 'batch_size' or 'eval_samples') within the environment's cap;
+    for what is sized outside a Config (the schedule benchmark's worker counts and batch)."""
+    cap = _cap(MAX_NPROC_ENV if field == "nproc" else FIELD_CAPS[field])
+    return min(value, cap) if cap else value
+
+
 def apply_caps(config: Config) -> Config:
     """`config` within the caps of the environment (see the module doc); unchanged when none is
     set or the config asks for no more."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ..errors import ConfigError
 
@@ -64,6 +65,7 @@ class Algorithm:
         self.optimizer: torch.optim.Optimizer
         self.comm: Comm
         self.config: Config
+        self._handles: list[RemovableHandle] = []   # hooks on the model, removed by close()
 
     @classmethod
     def resolve_params(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +114,20 @@ class Algorithm:
 
     def finalize(self) -> None:
         pass
+
+    def hook(self, handle: RemovableHandle) -> None:
+        """Keep a hook registered on the model (a gradient or forward hook) for close()."""
+        self._handles.append(handle)
+
+    def close(self) -> None:
+        """Remove this algorithm's hooks from the model. A hook is a bound method held by a
+        parameter: the cycle parameter -> hook -> algorithm -> model -> parameter passes through
+        the tensor's hook table, which Python's garbage collector does not see, so without this
+        the model and every buffer of the algorithm live as long as the process (a benchmark
+        that builds a model per case grew by 180 MB per ResNet-18 case)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
 
     def metrics(self) -> dict[str, float]:
         """Extra per-step values logged as metrics columns (e.g. the current period)."""

@@ -80,8 +80,8 @@ class ByteScheduler(Algorithm):
                 size = max(1, int(self.p["partition_mb"] * 2**20) // q.element_size())
                 self.grad[q] = flat
                 self.parts[q] = [_Part(flat[i:i + size], (layer, i)) for i in range(0, q.numel(), size)]
-                q.register_post_accumulate_grad_hook(self._grad_ready)
-            m.register_forward_pre_hook(self._before_module)
+                self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
+            self.hook(m.register_forward_pre_hook(self._before_module))
         self.queue: list[_Part] = []                 # heap: front layers first
         self.inflight: deque[_Part] = deque()        # issue order = completion order on the link
         self.inflight_bytes = 0

@@ -113,9 +113,9 @@ class DeAR(Algorithm):
         self.lrs: dict[int, float] = {}
         self.window_start = 0.0
         for m in self.modules:
-            m.register_forward_pre_hook(self._before_module)
+            self.hook(m.register_forward_pre_hook(self._before_module))
             for q in unit_params(m):
-                q.register_post_accumulate_grad_hook(self._grad_ready)
+                self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
         return model
 
     def regroup(self) -> None:

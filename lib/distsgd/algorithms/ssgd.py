@@ -38,7 +38,7 @@ class BucketedAllReduce(Algorithm):
         self.backward_order = list(reversed([p for p in model.parameters() if p.requires_grad]))
         self.set_buckets(self.plan())
         for p in self.backward_order:
-            p.register_post_accumulate_grad_hook(self._grad_ready)
+            self.hook(p.register_post_accumulate_grad_hook(self._grad_ready))
         return model
 
     def plan(self) -> list[Bucket]:
