@@ -16,7 +16,7 @@ SMALL = dict(model="mlp", data="digits", nproc=2, steps=10, batch_size=16, lr=0.
 
 
 def _model(result) -> dict[str, torch.Tensor]:
-    return torch.load(result.path / "model.pt")
+    return result.state_dict()
 
 
 @pytest.mark.multiproc

@@ -15,6 +15,7 @@ import distsgd
 from distsgd.memory import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
                             measure_activation_memory)
 from distsgd.models import build_model
+from distsgd.results import load_tensors
 
 GAMMAS = (0.5, 0.7, 0.9)
 STRATEGIES = ("mink", "random")
@@ -165,8 +166,8 @@ def test_model_keeps_its_parameters_state_dict_and_saves_normally(tmp_path):
     assert type(wrapped[8]) is nn.Linear                     # skipped by name
     torch.save(wrapped.state_dict(), tmp_path / "model.pt")
     fresh = _model("cnn")
-    fresh.load_state_dict(torch.load(tmp_path / "model.pt"))
-    reloaded = torch.load(tmp_path / "model.pt")
+    fresh.load_state_dict(load_tensors(tmp_path / "model.pt"))
+    reloaded = load_tensors(tmp_path / "model.pt")
     assert all(torch.equal(reloaded[k], v) for k, v in wrapped.state_dict().items())
     assert "dropit_gamma=0.9" in repr(wrapped)
 
@@ -194,5 +195,5 @@ def test_distributed_run_with_dropit_finishes():
     assert r.summary["status"] == "finished"
     assert r.config.dropit_gamma == 0.9
     assert r.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
-    weights = torch.load(r.path / "model.pt")
+    weights = r.state_dict()
     assert list(weights) == list(_model("cnn").state_dict())

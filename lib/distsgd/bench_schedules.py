@@ -19,12 +19,9 @@ bandwidth and a tenth of the latency (the papers' 10 Gb/s Ethernet vs 100 Gb/s I
 """
 from __future__ import annotations
 
-import os
 import random
-import socket
 import statistics
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -137,52 +134,12 @@ def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency
 
 
 # ---------------------------------------------------------------------- worker groups
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, queue) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), LOCAL_RANK=str(rank))
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo")
-        out = fn(rank, world, *args)
-        dist.destroy_process_group()
-        queue.put((rank, True, out))
-    except BaseException:
-        queue.put((rank, False, traceback.format_exc()))
-
-
 def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900) -> Any:
-    """fn(rank, world, *args) on `world` fresh gloo processes; rank 0's return value."""
-    import torch.multiprocessing as mp
+    """fn(rank, world, *args) on `world` fresh gloo processes (`distsgd.launch.on_ranks`); rank 0's
+    return value."""
+    from .launch import on_ranks as launch_on_ranks
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, fn, args, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results: dict[int, Any] = {}
-    try:
-        for _ in range(world):
-            rank, ok, value = queue.get(timeout=timeout)
-            if not ok:
-                time.sleep(1)                       # a peer that vanished is the likelier cause
-                dead = [f"rank {r} exit code {p.exitcode}" for r, p in enumerate(procs)
-                        if p.exitcode not in (None, 0)]
-                raise RuntimeError(f"bench rank {rank} failed ({', '.join(dead) or 'no rank died'}):\n{value}")
-            results[rank] = value
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    return results[0]
+    return launch_on_ranks(fn, world, *args, timeout=timeout)[0]
 
 
 # ---------------------------------------------------------------------- the benchmark

@@ -1,13 +1,16 @@
 """Starting and supervising the worker processes of a run.
 
 Two ways, one code path for the workers (`distsgd.train.run_worker`, which reads the
-torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
+torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, and MASTER_ADDR, MASTER_PORT or a
+local rendezvous file):
 
 - spawn (a laptop, one GPU box, a notebook kernel): start `nproc` worker processes on this
   machine, each running what `python -m distsgd worker RUN_DIR` runs (`cli.cmd_worker`) with the
   torchrun variables in its environment, one intra-op thread on CPU (as torchrun sets
   OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker fails, the others are
-  stopped at once and `WorkerError` names the rank and its traceback. The workers are forked
+  stopped at once and `WorkerError` names the rank and its traceback. The ranks meet through a
+  file in RUN_DIR/ranks, their sockets on the loopback interface: a local run listens on no
+  address another host can reach (`local_rank_env`). The workers are forked
   from a multiprocessing *forkserver* that has imported torch and the library once (neither
   CUDA nor any thread pool is started there), so a run does not pay torch's import (seconds of
   CPU) per rank; a notebook that starts dozens of runs keeps one forkserver.
@@ -20,13 +23,17 @@ import multiprocessing
 import os
 import socket
 import sys
+import tempfile
 import time
+import traceback
 import types
+import uuid
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
-from typing import Iterator
+from typing import Any, Callable, Iterator
 from pathlib import Path
 
+from .comm.comm import INIT_METHOD_ENV
 from .config import Config
 from .errors import ConfigError, WorkerError
 from .train import ERROR_FILE, PROGRESS_ENV
@@ -58,11 +65,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_env(rank: int, world_size: int, port: int, gpus: int) -> dict[str, str]:
-    """Environment of local worker `rank`: the torchrun variables plus thread limits."""
-    env = dict(os.environ)
-    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-               LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def loopback_interface() -> str:
+    """The loopback interface's name ('lo' on Linux, 'lo0' on macOS)."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in names if n == "lo" or (n.startswith("lo") and n[2:].isdigit())), "lo")
+
+
+def rendezvous_file(directory: Path) -> str:
+    """A fresh file:// rendezvous in `directory` for one local group of ranks."""
+    return (Path(directory).resolve() / f"rendezvous-{uuid.uuid4().hex}").as_uri()
+
+
+def local_rank_env(rank: int, world_size: int, rendezvous: str) -> dict[str, str]:
+    """What local rank `rank` needs to join its group (`distsgd.comm.join_group`): the torchrun
+    variables and a file rendezvous instead of a TCP store (which would listen on every interface),
+    with gloo's and NCCL's bootstrap sockets on the loopback interface. A local run opens no
+    socket that another host can reach."""
+    lo = loopback_interface()
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: rendezvous,
+            "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+
+
+def worker_env(rank: int, world_size: int, rendezvous: str, gpus: int) -> dict[str, str]:
+    """Environment of local worker `rank`: this process's, the local rank variables, thread limits."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(local_rank_env(rank, world_size, rendezvous))
     env[PROGRESS_ENV] = "file"
     if gpus == 0:
         env["OMP_NUM_THREADS"] = "1"
@@ -79,18 +107,76 @@ def spawn(config: Config, run_dir: Path) -> None:
         raise ConfigError("nproc", config.nproc, f"at most {gpus} (GPUs on this host, one per rank)")
     ranks_dir = run_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    rendezvous = rendezvous_file(ranks_dir)
     ctx = _forkserver(config)
     procs: list[BaseProcess] = []
     try:
         for rank in range(config.nproc):
             procs.append(ctx.Process(target=_worker, name=f"distsgd-rank{rank}", args=(
-                str(run_dir), worker_env(rank, config.nproc, port, gpus), str(ranks_dir / f"rank{rank}.log"))))
+                str(run_dir), worker_env(rank, config.nproc, rendezvous, gpus), str(ranks_dir / f"rank{rank}.log"))))
             with _bare_main():
                 procs[-1].start()
         _supervise(procs, run_dir, config)
     finally:
         _stop(procs)
+        Path(rendezvous.removeprefix("file://")).unlink(missing_ok=True)
+
+
+def _rank_entry(rank: int, world: int, rendezvous: str, join: str | None, fn: Callable, args: tuple,
+                queue) -> None:
+    os.environ.pop("MASTER_ADDR", None)
+    os.environ.pop("MASTER_PORT", None)
+    os.environ.update(local_rank_env(rank, world, rendezvous))
+    import torch
+    import torch.distributed as dist
+
+    from .comm.comm import join_group
+
+    torch.set_num_threads(1)
+    try:
+        if join:
+            join_group(join)
+        out = fn(rank, world, *args)
+        if join:
+            dist.destroy_process_group()
+        queue.put((rank, True, out))
+    except BaseException:
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900,
+             join: str | None = "gloo") -> list[Any]:
+    """`fn(rank, world, *args)` on `world` fresh local processes, every rank's return value in rank
+    order: the benchmarks' and the tests' rank launcher (runs use `spawn`). The ranks first join
+    one `join` process group (None: `fn` joins it, e.g. with `Comm.from_env`), through a file
+    rendezvous and loopback sockets like a run's. `fn` must be importable (multiprocessing spawn).
+    A failing rank raises RuntimeError with its traceback, naming any rank that died."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="distsgd-ranks-") as tmp:
+        rendezvous = rendezvous_file(Path(tmp))
+        procs = [ctx.Process(target=_rank_entry, args=(r, world, rendezvous, join, fn, args, queue))
+                 for r in range(world)]
+        for proc in procs:
+            proc.start()
+        results: dict[int, Any] = {}
+        try:
+            for _ in range(world):
+                rank, ok, value = queue.get(timeout=timeout)
+                if not ok:
+                    time.sleep(1)                   # a peer that vanished is the likelier cause
+                    dead = [f"rank {r} exit code {q.exitcode}" for r, q in enumerate(procs)
+                            if q.exitcode not in (None, 0)]
+                    raise RuntimeError(f"rank {rank} failed ({', '.join(dead) or 'no rank died'}):\n{value}")
+                results[rank] = value
+        finally:
+            for proc in procs:
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.kill()
+    return [results[r] for r in range(world)]
 
 
 def _forkserver(config: Config) -> multiprocessing.context.BaseContext:

@@ -122,6 +122,15 @@ def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
     os.replace(tmp, run_dir / "model.pt")
 
 
+def load_tensors(path: Path | str) -> dict[str, "torch.Tensor"]:
+    """A state dict saved by the kit (model.pt), on the CPU, read without running code: only
+    tensors and plain containers are accepted (``weights_only=True``), so a tampered file that
+    carries a pickled callable is refused with `pickle.UnpicklingError`, never executed."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
     """Rank 0, after the final barrier: merge per-rank outputs into the run's files."""
     ranks = run_dir / "ranks"
@@ -176,6 +185,10 @@ class Result:
     @property
     def env(self) -> dict[str, Any]:
         return json.loads((self.path / "env.json").read_text())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The final model's parameters and buffers (`load_tensors` of model.pt)."""
+        return load_tensors(self.path / "model.pt")
 
     def comm(self) -> pd.DataFrame:
         """Every collective of every rank (the ledger)."""

@@ -27,6 +27,19 @@ from .ledger import Entry, Ledger
 from .netmodel import NetModel, bytes_sent
 from .ring import FutureWork, RingReducer
 
+INIT_METHOD_ENV = "DISTSGD_INIT_METHOD"   # a local run's rendezvous (file://...), set by distsgd.launch
+
+
+def join_group(backend: str, timeout_s: float = 300.0, **kwargs) -> None:
+    """`dist.init_process_group` from the environment: RANK and WORLD_SIZE with the
+    $DISTSGD_INIT_METHOD rendezvous (a file) when a local launcher set it, so that no TCP store
+    listens on the host's interfaces; otherwise torchrun's env:// (MASTER_ADDR, MASTER_PORT)."""
+    init = os.environ.get(INIT_METHOD_ENV)
+    if init:
+        kwargs.update(init_method=init, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+
+
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
         "min": dist.ReduceOp.MIN}
 
@@ -103,7 +116,7 @@ class Comm:
         kwargs = {}
         if backend == "nccl":
             kwargs["device_id"] = device
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+        join_group(backend, timeout_s, **kwargs)
         world = dist.get_world_size()
         if ring_reduce_scatter is None:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
