@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Algorithm, Param
-from .layerwise import check_sgd, check_sgd_config, forward_order_modules, sgd_update, unit_params
+from .base import Param
+from .layerwise import LayerwiseDeferred, unit_params
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Handle
-    from ..config import Config
+    from ..comm import Handle
 
 
 class _Part:
@@ -54,7 +53,7 @@ class _Part:
 
 
 @register
-class ByteScheduler(Algorithm):
+class ByteScheduler(LayerwiseDeferred):
     name = "bytescheduler"
     summary = "tensor partition + priority (ByteScheduler): front layers' partitions first, next forward overlapped"
     params = (
@@ -63,15 +62,7 @@ class ByteScheduler(Algorithm):
               "a number > 0"),
     )
 
-    @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        check_sgd_config(config.optimizer, cls.name)
-
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        check_sgd(optimizer, self.name)
-        self.modules = forward_order_modules(model)
+    def build(self) -> None:
         self.grad: dict[torch.nn.Parameter, torch.Tensor] = {}
         self.parts: dict[torch.nn.Parameter, list[_Part]] = {}
         for layer, m in enumerate(self.modules):
@@ -80,18 +71,12 @@ class ByteScheduler(Algorithm):
                 size = max(1, int(self.p["partition_mb"] * 2**20) // q.element_size())
                 self.grad[q] = flat
                 self.parts[q] = [_Part(flat[i:i + size], (layer, i)) for i in range(0, q.numel(), size)]
-                self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
-            self.hook(m.register_forward_pre_hook(self._before_module))
         self.queue: list[_Part] = []                 # heap: front layers first
         self.inflight: deque[_Part] = deque()        # issue order = completion order on the link
         self.inflight_bytes = 0
-        self.pending, self.updated, self.lrs = False, set(), {}
-        return model
 
     # ------------------------------------------------------------------ scheduling
-    def _grad_ready(self, q: torch.nn.Parameter) -> None:
-        if self.pending:                             # a module the last forward did not run
-            self._flush()
+    def gradient_ready(self, q: torch.nn.Parameter) -> None:
         self.grad[q].copy_(q.grad.reshape(-1))
         for part in self.parts[q]:
             part.done = False
@@ -128,31 +113,14 @@ class ByteScheduler(Algorithm):
     # ------------------------------------------------------------------ update
     def optimizer_step(self, step: int) -> None:
         """No barrier: the update is applied layer by layer in the next forward."""
-        if self.pending:
-            self._flush()
-        self.lrs = {id(g): g["lr"] for g in self.optimizer.param_groups}
-        self.pending, self.updated = True, set()
+        self.flush()
+        self.begin_update()
         self._pump(block=True)
 
-    def _before_module(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if self.pending and module not in self.updated:
-            self._update(module)
-
-    def _update(self, module: torch.nn.Module) -> None:
-        params = unit_params(module)
-        for q in params:
+    def wait_for(self, module: torch.nn.Module) -> None:
+        for q in unit_params(module):
             for part in self.parts[q]:
                 self._complete(part)
-        sgd_update(self.optimizer, params, [self.grad[q].view_as(q) for q in params], self.lrs)
-        self.updated.add(module)
-        if len(self.updated) == len(self.modules):
-            self.pending = False
 
-    def _flush(self) -> None:
-        for m in self.modules:
-            if m not in self.updated:
-                self._update(m)
-
-    def finalize(self) -> None:
-        if self.pending:
-            self._flush()
+    def averaged_grad(self, q: torch.nn.Parameter) -> torch.Tensor:
+        return self.grad[q].view_as(q)

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Param
+from .base import Param
 from .buckets import Bucket
-from .layerwise import check_sgd, check_sgd_config, forward_order_modules, sgd_update, unit_params
+from .layerwise import LayerwiseDeferred, unit_params
 from .registry import register
 from .tuner import GridTuner
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Handle
+    from ..comm import Handle
     from ..config import Config
 
 
@@ -75,7 +75,7 @@ def fusion_groups(modules: list[torch.nn.Module], threshold_bytes: float, nearby
 
 
 @register
-class DeAR(Algorithm):
+class DeAR(LayerwiseDeferred):
     name = "dear"
     summary = "DeAR: reduce-scatter during backward, all-gather pipelined with the next forward"
     params = (
@@ -93,15 +93,11 @@ class DeAR(Algorithm):
 
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        check_sgd_config(config.optimizer, cls.name)
+        super().check_config(params, config)
         if params["tune_min_mb"] > params["tune_max_mb"]:
             raise ConfigError("params.tune_min_mb", params["tune_min_mb"], f"<= tune_max_mb ({params['tune_max_mb']})")
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        check_sgd(optimizer, self.name)
-        self.modules = forward_order_modules(model)
+    def build(self) -> None:
         self.threshold_mb = self.p["threshold_mb"]
         self.tuner = GridTuner(self.p["tune_min_mb"], self.p["tune_max_mb"], self.p["tune_trials"]) \
             if self.p["tune"] else None
@@ -109,14 +105,7 @@ class DeAR(Algorithm):
         if self.tuning:
             self.threshold_mb = self.tuner.ask()
         self.regroup()
-        self.pending = False                 # an update waits to be applied
-        self.lrs: dict[int, float] = {}
         self.window_start = 0.0
-        for m in self.modules:
-            self.hook(m.register_forward_pre_hook(self._before_module))
-            for q in unit_params(m):
-                self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
-        return model
 
     def regroup(self) -> None:
         """(Re)build the fusion groups for the current threshold."""
@@ -127,9 +116,7 @@ class DeAR(Algorithm):
         self.param_group = {q: g for g in self.groups for q in g.params}
 
     # ------------------------------------------------------------------ backward
-    def _grad_ready(self, q: torch.nn.Parameter) -> None:
-        if self.pending:                     # a module the last forward did not run
-            self._flush()
+    def gradient_ready(self, q: torch.nn.Parameter) -> None:
         group = self.param_group[q]
         group.ready += 1
         if group.ready == len(group.params):
@@ -142,16 +129,14 @@ class DeAR(Algorithm):
     # ------------------------------------------------------------------ bp barrier
     def optimizer_step(self, step: int) -> None:
         """Wait for the reduce-scatters and start the all-gather pipeline; no update here."""
-        if self.pending:
-            self._flush()
+        self.flush()
         for group in self.groups:
             if group.handle is None:         # a parameter without gradient this step
                 self._reduce_scatter(group)
         for group in self.groups:
             group.handle.wait()
             group.handle, group.ready = None, 0
-        self.lrs = {id(g): g["lr"] for g in self.optimizer.param_groups}
-        self.pending, self.updated = True, set()
+        self.begin_update()
         self.gathered, self.launched = 0, 0
         self._launch_gather()
         if self.tuning:
@@ -171,28 +156,11 @@ class DeAR(Algorithm):
             self._launch_gather()
 
     # ------------------------------------------------------------------ next forward
-    def _before_module(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if self.pending and module not in self.updated:
-            self._gather_through(self.group_of[module])
-            self._update(module)
+    def wait_for(self, module: torch.nn.Module) -> None:
+        self._gather_through(self.group_of[module])
 
-    def _update(self, module: torch.nn.Module) -> None:
-        params = unit_params(module)
-        sgd_update(self.optimizer, params, [self.grad_of[q] for q in params], self.lrs)
-        self.updated.add(module)
-        if len(self.updated) == len(self.modules):
-            self.pending = False
-
-    def _flush(self) -> None:
-        """Apply the whole pending update now."""
-        self._gather_through(len(self.groups) - 1)
-        for m in self.modules:
-            if m not in self.updated:
-                self._update(m)
-
-    def finalize(self) -> None:
-        if self.pending:
-            self._flush()
+    def averaged_grad(self, q: torch.nn.Parameter) -> torch.Tensor:
+        return self.grad_of[q]
 
     # ------------------------------------------------------------------ tuning
     def _tune_step(self, step: int) -> None:
@@ -210,7 +178,7 @@ class DeAR(Algorithm):
             if nxt is None:
                 nxt, self.tuning = self.tuner.best(), False
             if nxt != self.threshold_mb:
-                self._flush()
+                self.flush()
                 self.threshold_mb = nxt
                 self.regroup()
         self.window_start = time.perf_counter()

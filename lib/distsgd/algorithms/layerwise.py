@@ -7,14 +7,23 @@ parameters with the optimizer's own hyper-parameters and momentum buffers, so a 
 gives the parameters `optimizer.step()` would have given:
 
     d = g + weight_decay * x;   buf = d (first step) or momentum * buf + d;   x -= lr * buf
+
+`LayerwiseDeferred` holds the mechanism once (hooks, the pending update, its flush); a schedule
+says only how a gradient leaves (`gradient_ready`), what a module must wait for before its
+update (`wait_for`) and where its averaged gradient lies (`averaged_grad`).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
 from ..errors import ConfigError
+from .base import Algorithm
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..config import Config
 
 
 def check_sgd(optimizer: torch.optim.Optimizer, algo: str) -> None:
@@ -80,3 +89,78 @@ def sgd_update(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Param
                 buf.mul_(group["momentum"]).add_(d)
             d = buf
         p.add_(d, alpha=-lrs[id(group)])
+
+
+class LayerwiseDeferred(Algorithm):
+    """The update of step t applied module by module just before each module's forward in step
+    t+1 (forward pre-hooks), from averaged gradients the subclass communicates. A gradient of
+    step t+1 arriving while step t's update is still pending (a module the forward did not run)
+    first flushes it; `finalize` flushes what the last step left pending."""
+
+    @classmethod
+    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
+        check_sgd_config(config.optimizer, cls.name)
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
+              config: "Config") -> torch.nn.Module:
+        super().setup(model, optimizer, comm, config)
+        check_sgd(optimizer, self.name)
+        self.modules = forward_order_modules(model)
+        self.pending = False                 # an update waits to be applied
+        self.updated: set[torch.nn.Module] = set()
+        self.lrs: dict[int, float] = {}      # id(param group) -> lr of the pending update's step
+        self.build()
+        for m in self.modules:
+            self.hook(m.register_forward_pre_hook(self._before_module))
+            for q in unit_params(m):
+                self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
+        return model
+
+    # ------------------------------------------------------------------ for the schedules
+    def build(self) -> None:
+        """Create the schedule's buffers (self.modules is set)."""
+
+    def gradient_ready(self, q: torch.nn.Parameter) -> None:
+        """q.grad of this step is complete: start communicating it (or note it)."""
+        raise NotImplementedError
+
+    def wait_for(self, module: torch.nn.Module) -> None:
+        """Return once the averaged gradients of `module`'s parameters have arrived."""
+        raise NotImplementedError
+
+    def averaged_grad(self, q: torch.nn.Parameter) -> torch.Tensor:
+        """The averaged gradient of q (shape of q), valid after wait_for(its module)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the mechanism
+    def begin_update(self) -> None:
+        """Called by the schedule's optimizer_step once this step's communication has started:
+        the update is now pending, applied in the next forward."""
+        self.lrs = {id(g): g["lr"] for g in self.optimizer.param_groups}
+        self.pending, self.updated = True, set()
+
+    def _grad_ready(self, q: torch.nn.Parameter) -> None:
+        if self.pending:                     # a module the last forward did not run
+            self.flush()
+        self.gradient_ready(q)
+
+    def _before_module(self, module: torch.nn.Module, _inputs: Any) -> None:
+        if self.pending and module not in self.updated:
+            self._update(module)
+
+    def _update(self, module: torch.nn.Module) -> None:
+        self.wait_for(module)
+        params = unit_params(module)
+        sgd_update(self.optimizer, params, [self.averaged_grad(q) for q in params], self.lrs)
+        self.updated.add(module)
+        if len(self.updated) == len(self.modules):
+            self.pending = False
+
+    def flush(self) -> None:
+        """Apply the whole pending update now."""
+        for m in self.modules:
+            if self.pending and m not in self.updated:
+                self._update(m)
+
+    def finalize(self) -> None:
+        self.flush()
