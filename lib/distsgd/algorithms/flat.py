@@ -1,7 +1,12 @@
 """Flattening a model's state into one buffer, for one-collective model averaging."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from ..comm import Comm, Group
 
 
 def averaged_tensors(model: torch.nn.Module, include_buffers: bool = True) -> list[torch.Tensor]:
@@ -26,3 +31,13 @@ def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
         n = t.numel()
         t.copy_(flat[offset:offset + n].view_as(t))
         offset += n
+
+
+def average(comm: "Comm", tensors: list[torch.Tensor], group: "Group | None" = None) -> torch.Tensor:
+    """Replace `tensors` by their mean over the ranks (of `group`) with one all-reduce of their
+    flattened copy: x <- (1/p) sum_i x_i. Returns the averaged flat buffer (for an algorithm
+    that derives its own term from it, e.g. VRL-SGD's Delta_i or KAVG's reduction momentum)."""
+    flat = flatten(tensors)
+    comm.all_reduce(flat, op="avg", group=group)
+    unflatten_into(flat, tensors)
+    return flat

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Algorithm, Param
-from .flat import averaged_tensors, flatten, unflatten_into
+from .flat import average, averaged_tensors, flatten, unflatten_into
 from .registry import register
 
 if TYPE_CHECKING:
@@ -98,22 +98,18 @@ class KAVG(Algorithm):
         return out
 
     def _average(self, group: "Group | None", momentum: bool = True) -> None:
-        flat = flatten(self.tensors)
-        self.comm.all_reduce(flat, op="avg", group=group)
+        flat = average(self.comm, self.tensors, group)
         if group is None and self.mu and momentum:
             self.velocity.mul_(self.mu).add_(flat - self.anchor)
             self.anchor.add_(self.velocity)
-            flat = self.anchor
-        unflatten_into(flat, self.tensors)
+            unflatten_into(self.anchor, self.tensors)
         mode = self.p["optimizer_state"]
         if mode == "reset":
             self.optimizer.state.clear()
         elif mode == "average":
             state = self._state_tensors()
             if state:
-                buf = flatten(state)
-                self.comm.all_reduce(buf, op="avg", group=group)
-                unflatten_into(buf, state)
+                average(self.comm, state, group)
 
     def after_step(self, step: int) -> None:
         self.since_global += 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import Algorithm, Param
-from .flat import averaged_tensors, flatten, unflatten_into
+from .flat import average, averaged_tensors
 from .registry import register
 
 if TYPE_CHECKING:
@@ -41,9 +41,7 @@ class LocalSGD(Algorithm):
         return model
 
     def average(self) -> None:
-        flat = flatten(self.tensors)
-        self.comm.all_reduce(flat, op="avg")
-        unflatten_into(flat, self.tensors)
+        average(self.comm, self.tensors)
         self.since_average = 0
 
     def after_step(self, step: int) -> None:

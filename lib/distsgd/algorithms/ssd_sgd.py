@@ -52,7 +52,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Algorithm, Param
-from .flat import flatten, unflatten_into
+from .flat import average, flatten, unflatten_into
 from .registry import register
 
 if TYPE_CHECKING:
@@ -132,9 +132,7 @@ class SSDSGD(Algorithm):
 
     def _average_buffers(self) -> None:
         if self.buffers:
-            flat = flatten(self.buffers)
-            self.comm.all_reduce(flat, op="avg")
-            unflatten_into(flat, self.buffers)
+            average(self.comm, self.buffers)
 
     def _local_step(self, g: torch.Tensor) -> None:
         x = flatten(self.x)

@@ -50,7 +50,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Algorithm, Param
-from .flat import averaged_tensors, flatten, unflatten_into
+from .flat import average, averaged_tensors, flatten
 from .registry import register
 
 if TYPE_CHECKING:
@@ -115,12 +115,10 @@ class VRLSGD(Algorithm):
 
     def average(self) -> None:
         """xbar by one all-reduce; Delta_i += (xbar - x_i) / (k gamma); x_i <- xbar."""
-        flat = flatten(self.tensors)
-        local = flat[:self.n_params].clone()
-        self.comm.all_reduce(flat, op="avg")
+        local = flatten(self.tensors)[:self.n_params]        # x_i (parameters lead self.tensors)
+        flat = average(self.comm, self.tensors)
         gamma = self._lr()
         self.delta.add_(flat[:self.n_params] - local, alpha=1.0 / (self.since_average * gamma))
-        unflatten_into(flat, self.tensors)
         self.since_average = 0
         self.averages += 1
 
