@@ -28,7 +28,7 @@ test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
 
 # Every notebook at nproc 3 and 8 with other seeds (dry-run length), and 07/10 benchmarking on 8 ranks;
-# `test` runs the nproc-3 case only (CI time).
+# Opt-in: not part of `test` (CI time).
 test-params: venv
 	DISTSGD_SLOW_TESTS=1 $(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
 
