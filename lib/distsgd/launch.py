@@ -71,25 +71,28 @@ def loopback_interface() -> str:
     return next((n for n in names if n == "lo" or (n.startswith("lo") and n[2:].isdigit())), "lo")
 
 
-def rendezvous_file(directory: Path) -> str:
-    """A fresh file:// rendezvous in `directory` for one local group of ranks."""
-    return (Path(directory).resolve() / f"rendezvous-{uuid.uuid4().hex}").as_uri()
+TCP_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")   # torchrun's; dropped from a local rank's environment
 
 
-def local_rank_env(rank: int, world_size: int, rendezvous: str) -> dict[str, str]:
+def rendezvous_file(directory: Path) -> Path:
+    """A fresh rendezvous file in `directory` for one local group of ranks."""
+    return Path(directory).resolve() / f"rendezvous-{uuid.uuid4().hex}"
+
+
+def local_rank_env(rank: int, world_size: int, rendezvous: Path) -> dict[str, str]:
     """What local rank `rank` needs to join its group (`distsgd.comm.join_group`): the torchrun
     variables and a file rendezvous instead of a TCP store (which would listen on every interface),
     with gloo's and NCCL's bootstrap sockets on the loopback interface. A local run opens no
     socket that another host can reach."""
     lo = loopback_interface()
     return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: rendezvous,
+            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: rendezvous.as_uri(),
             "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
 
 
-def worker_env(rank: int, world_size: int, rendezvous: str, gpus: int) -> dict[str, str]:
+def worker_env(rank: int, world_size: int, rendezvous: Path, gpus: int) -> dict[str, str]:
     """Environment of local worker `rank`: this process's, the local rank variables, thread limits."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env = {k: v for k, v in os.environ.items() if k not in TCP_RENDEZVOUS}
     env.update(local_rank_env(rank, world_size, rendezvous))
     env[PROGRESS_ENV] = "file"
     if gpus == 0:
@@ -119,13 +122,13 @@ def spawn(config: Config, run_dir: Path) -> None:
         _supervise(procs, run_dir, config)
     finally:
         _stop(procs)
-        Path(rendezvous.removeprefix("file://")).unlink(missing_ok=True)
+        rendezvous.unlink(missing_ok=True)
 
 
-def _rank_entry(rank: int, world: int, rendezvous: str, join: str | None, fn: Callable, args: tuple,
+def _rank_entry(rank: int, world: int, rendezvous: Path, join: str | None, fn: Callable, args: tuple,
                 queue) -> None:
-    os.environ.pop("MASTER_ADDR", None)
-    os.environ.pop("MASTER_PORT", None)
+    for key in TCP_RENDEZVOUS:
+        os.environ.pop(key, None)
     os.environ.update(local_rank_env(rank, world, rendezvous))
     import torch
     import torch.distributed as dist
