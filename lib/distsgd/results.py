@@ -3,16 +3,19 @@
 A run directory `<results>/<name>-<hash>/` holds
 
     config.json    the validated Config (its hash names the directory)
-    env.json       versions, git commit, host, devices
+    env.json       versions, git commit, the library's code version, host, devices
     metrics.csv    one row per logged step, ranks merged: counts summed over ranks, losses and
                    accuracies averaged over ranks, wall_s the slowest rank's
-    summary.json   final evaluation and totals; written last, so its presence means "finished"
+    summary.json   final evaluation and totals, the config hash and code version that made them;
+                   written last, so its presence means "finished"
     comm.csv       every collective of every rank (the ledger), for systems analysis
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -56,6 +59,20 @@ def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
     write_text_atomic(path, df.to_csv(index=False))
 
 
+@functools.cache
+def code_version() -> str:
+    """A fingerprint of the library's source: sha256 over the path and bytes of every
+    ``distsgd/**/*.py``, 12 hex digits. It changes with any edit, committed or not, and also
+    where the package is installed without git. A finished run is reused only when made by the
+    same code version, so an edited algorithm never shows an old result."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def environment_info() -> dict[str, Any]:
     """What produced a result: versions, git commit, host and devices."""
     from importlib.metadata import version
@@ -77,6 +94,7 @@ def environment_info() -> dict[str, Any]:
         "torch": torch.__version__, "torchvision": version("torchvision"),
         "numpy": version("numpy"), "pandas": version("pandas"),
         "git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
+        "code_version": code_version(),
         "hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
         "cuda_available": cuda,
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
@@ -98,11 +116,13 @@ def prepare_run_dir(run_dir: Path, config: Config) -> None:
 
 
 def is_finished(run_dir: Path, config: Config) -> bool:
-    """A run is finished when its summary exists and was made for the same config hash."""
+    """A run is finished, and may be reused, when its summary exists and was made for the same
+    config hash by the same code version (`code_version`): a result of edited code is stale."""
     summary = run_dir / "summary.json"
     if not summary.is_file():
         return False
-    return json.loads(summary.read_text()).get("config_hash") == config.hash()
+    made = json.loads(summary.read_text())
+    return made.get("config_hash") == config.hash() and made.get("code_version") == code_version()
 
 
 def write_rank_outputs(run_dir: Path, rank: int, rows: list[dict], final: dict,
@@ -151,7 +171,8 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
         summary[col] = sum(f[col] for f in finals)
     summary["train_s"] = max(f["train_s"] for f in finals)
     summary.update({
-        "status": "finished", "config_hash": config.hash(), "algo": config.algo,
+        "status": "finished", "config_hash": config.hash(), "code_version": code_version(),
+        "algo": config.algo,
         "params": config.params, "nproc": world_size, "steps": config.steps,
         "step_time_s": summary["train_s"] / config.steps,
         "throughput_samples_s": float(merged["samples"].iloc[-1]) / summary["train_s"],
