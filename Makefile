@@ -27,10 +27,9 @@ test-unit: venv
 test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
 
-# Every notebook at nproc 3 and 8 with other seeds (dry-run length), and 07/10 benchmarking on 8 ranks;
-# Opt-in: not part of `test` (CI time).
+# Every notebook at nproc 3 and 8 with other seeds (dry-run length); also part of `test`.
 test-params: venv
-	DISTSGD_SLOW_TESTS=1 $(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
 
 # The cluster path (also part of `test`): full-profile dry run, SLURM, torchrun over namespaces.
 test-cluster: venv
