@@ -38,9 +38,10 @@ fails here. What this machine cannot provide is replaced, and only that:
   ``DISTSGD_DATA_VERIFY=0`` (their checksums are not the release's);
 * cost: ``DISTSGD_MAX_NPROC`` (default 2) caps the worker processes of each run,
   ``DISTSGD_MAX_BATCH_SIZE`` (default 4) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
-  (default 4) the samples of each evaluation; each config is validated as the profile asks
-  before it is capped (``distsgd.runner.apply_caps``). Set a variable to 0 to lift its cap
-  (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
+  (default 4) the samples of each evaluation. The environment is the only channel into the
+  kernels: there ``distsgd.caps.Caps.from_env()`` reads these variables, and each config is
+  validated as the profile asks before it is capped (``Caps.apply``). Set a variable to 0 to
+  lift its cap (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
 * ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
 * runs go to ``OUT/results`` (``DISTSGD_RESULTS``) unless ``DISTSGD_RESULTS`` is set.
 
@@ -73,9 +74,8 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 PROFILE_KEYS = frozenset({"defaults", "notebooks"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
-DRY_RUN_MAX_NPROC = "2"  # default worker cap of a dry run (DISTSGD_MAX_NPROC overrides it)
-DRY_RUN_MAX_BATCH = "4"  # default per-rank batch cap of a dry run (DISTSGD_MAX_BATCH_SIZE)
-DRY_RUN_MAX_EVAL = "4"  # default evaluation cap of a dry run (DISTSGD_MAX_EVAL_SAMPLES)
+# default caps of a dry run (distsgd.caps.Caps; its DISTSGD_MAX_* variables override them)
+DRY_RUN_CAPS = {"nproc": 2, "batch_size": 4, "eval_samples": 4}
 
 _print_lock = threading.Lock()
 
@@ -267,22 +267,25 @@ def gpu_available() -> bool:
 
 def dry_run_environment(out_dir: Path) -> None:
     """Write the stand-in data sets under ``OUT/data`` and set what the kernels and their workers
-    need to run full-profile configs on this machine (see the module doc)."""
+    need to run full-profile configs on this machine (see the module doc); UsageError, before
+    anything is written, if a ``DISTSGD_MAX_*`` cap already set is not an integer >= 0."""
     sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.caps import Caps
     from distsgd.data.standins import write_standins
 
+    for var, value in Caps(**DRY_RUN_CAPS).env().items():
+        os.environ.setdefault(var, value)
+    try:
+        caps = ", ".join(f"{var}={value}" for var, value in Caps.from_env().env().items())
+    except ValueError as exc:  # distsgd.ConfigError: a cap that is not an integer >= 0
+        raise UsageError(str(exc)) from exc
     data = out_dir / "data"
     if not (data / ".complete").exists():
         write_standins(data)
         (data / ".complete").touch()
     os.environ["DISTSGD_DATA"] = str(data)
     os.environ["DISTSGD_DATA_VERIFY"] = "0"
-    os.environ.setdefault("DISTSGD_MAX_NPROC", DRY_RUN_MAX_NPROC)
-    os.environ.setdefault("DISTSGD_MAX_BATCH_SIZE", DRY_RUN_MAX_BATCH)
-    os.environ.setdefault("DISTSGD_MAX_EVAL_SAMPLES", DRY_RUN_MAX_EVAL)
     os.environ.setdefault("DISTSGD_RESULTS", str(out_dir / "results"))
-    caps = ", ".join(f"{k}={os.environ[k]}" for k in (
-        "DISTSGD_MAX_NPROC", "DISTSGD_MAX_BATCH_SIZE", "DISTSGD_MAX_EVAL_SAMPLES"))
     say(f"dry run: stand-in data in {data}, caps {caps}, "
         f"runs in {os.environ['DISTSGD_RESULTS']}")
 
@@ -660,7 +663,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     kernel_environment(profile.name, figures_dir)
     if args.dry_run:
-        dry_run_environment(out_dir)
+        try:
+            dry_run_environment(out_dir)
+        except UsageError as exc:
+            say(f"error: {exc}", file=sys.stderr)
+            return 2
     say(f"profile {profile.name}{' (dry run)' if args.dry_run else ''}: {', '.join(names)}")
     results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output)
 

@@ -1,7 +1,7 @@
 """Cluster environment handling without a cluster or a GPU: SLURM/torchrun variables ->
 rank/world/local rank, the launch environment of a fake 2-node x 4-GPU allocation, the NCCL path
 (one process per GPU, set_device(local_rank), timeout and device_id given to
-init_process_group), and the dry-run caps and stand-in data."""
+init_process_group), and the dry run's stand-in data."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,6 @@ from distsgd.comm import comm as comm_module
 from distsgd.config import Config
 from distsgd.data import load_data
 from distsgd.data.standins import write_standins
-from distsgd.errors import ConfigError
 
 
 def fake_slurm_task(procid: int, nodes: int = 2, gpus: int = 4) -> dict[str, str]:
@@ -92,30 +91,6 @@ def test_nccl_path_device_and_process_group(monkeypatch) -> None:
     c = comm_module.Comm.from_env("nccl", device, None, timeout_s=120)
     assert calls == {"backend": "nccl", "timeout": timedelta(seconds=120), "device_id": device}
     assert (c.rank, c.world_size, c.device) == (3, 8, device)
-
-
-def test_caps_validate_first_then_cap(monkeypatch) -> None:
-    monkeypatch.setenv("DISTSGD_MAX_NPROC", "2")
-    monkeypatch.setenv("DISTSGD_MAX_BATCH_SIZE", "16")
-    monkeypatch.setenv("DISTSGD_MAX_EVAL_SAMPLES", "64")
-    c = runner.apply_caps(Config(nproc=8, batch_size=128))
-    assert (c.nproc, c.batch_size, c.eval_samples) == (2, 16, 64)
-    # groups of 4 with local averaging need nproc >= 8: the smallest valid world is used
-    c = runner.apply_caps(Config(algo="kavg", nproc=32, params={"local_groups": 4, "local_period": 8}))
-    assert c.nproc == 8
-    with pytest.raises(ConfigError):                    # a bad config fails before capping
-        runner.apply_caps(Config(nproc=8, lr=-1))
-    # per-rank lists are subsampled to the capped world, first and last entry kept
-    speeds = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
-    c = runner.apply_caps(Config(algo="cocod_sgd", nproc=8, params={"speeds": speeds, "period": 2}))
-    assert (c.nproc, c.params) == (2, {"speeds": [1.0, 0.3], "period": 2})
-    with pytest.raises(ConfigError, match="params.speeds"):   # a list of the wrong length fails
-        runner.apply_caps(Config(algo="cocod_sgd", nproc=8, params={"speeds": speeds[:3]}))
-    # what is sized outside a Config (the schedule benchmark's worker counts and batch)
-    assert (runner.capped("nproc", 8), runner.capped("batch_size", 128), runner.capped("batch_size", 4)) == (2, 16, 4)
-    monkeypatch.setenv("DISTSGD_MAX_NPROC", "0")          # 0: no cap
-    assert runner.apply_caps(Config(nproc=8, batch_size=8, eval_samples=8)).nproc == 8
-    assert runner.capped("nproc", 8) == 8
 
 
 def test_standins_load_through_real_loaders(tmp_path, monkeypatch) -> None:

@@ -188,12 +188,38 @@ def test_opt_out_updates_and_bad_arguments():
         dropit(nn.Linear(2, 2), 0.5, "maxk")
 
 
+def test_model_option_dropit_wraps_the_built_model():
+    wrapped = build_model("cnn", (1, 8, 8), 10, dropit={"gamma": 0.7, "strategy": "random"})
+    layers = dropit_layers(wrapped)
+    assert set(layers) == set(dropit_layers(dropit(_model("cnn"), 0.7)))
+    assert all((m.gamma, m.strategy) == (0.7, "random") for m in layers.values())
+    assert all(m.strategy == "mink" for m in dropit_layers(build_model("mlp", (1, 8, 8), 10,
+                                                                       dropit={"gamma": 0.5})).values())
+    assert not dropit_layers(build_model("cnn", (1, 8, 8), 10, dropit={"gamma": 0}))   # 0: off
+
+
+@pytest.mark.parametrize("option,field", [
+    ({"gamma": 1.0}, "model_options.dropit.gamma"),
+    ({"gamma": -0.1}, "model_options.dropit.gamma"),
+    ({"gamma": "0.5"}, "model_options.dropit.gamma"),
+    ({"gamma": 0.5, "strategy": "maxk"}, "model_options.dropit.strategy"),
+    ({"strategy": "mink"}, "model_options.dropit"),
+    ({"gamma": 0.5, "ratio": 0.5}, "model_options.dropit"),
+    (0.9, "model_options.dropit"),
+])
+def test_bad_dropit_option_fails_before_any_worker_starts(tmp_path, option, field):
+    with pytest.raises(distsgd.ConfigError) as err:
+        distsgd.run(algo="ssgd", nproc=2, model="cnn", model_options={"dropit": option}, out=str(tmp_path / "out"))
+    assert err.value.field == field
+    assert not (tmp_path / "out").exists()                 # failed in validation: no run directory
+
+
 @pytest.mark.multiproc
 def test_distributed_run_with_dropit_finishes():
-    r = distsgd.run(algo="ssgd", nproc=2, steps=10, dropit_gamma=0.9, progress=False,
+    r = distsgd.run(algo="ssgd", nproc=2, steps=10, model_options={"dropit": {"gamma": 0.9}}, progress=False,
                     model="cnn", data="digits", batch_size=16, eval_every=10, log_every=5)
     assert r.summary["status"] == "finished"
-    assert r.config.dropit_gamma == 0.9
+    assert r.config.model_options == {"dropit": {"gamma": 0.9}}
     assert r.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
     weights = r.state_dict()
     assert list(weights) == list(_model("cnn").state_dict())

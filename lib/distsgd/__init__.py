@@ -5,10 +5,11 @@
     result.metrics      # pandas DataFrame, one row per logged step
     result.summary      # final evaluation and totals
 """
+from .caps import Caps
 from .config import Config
 from .errors import ConfigError, WorkerError
 from .results import Result
 from .runner import run
 
-__all__ = ["Config", "ConfigError", "WorkerError", "Result", "run"]
+__all__ = ["Caps", "Config", "ConfigError", "WorkerError", "Result", "run"]
 __version__ = "0.1.0"

@@ -30,6 +30,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from .caps import Caps
+
 INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32)}
 MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
@@ -178,22 +180,22 @@ def _bench_group(rank: int, world: int, models: list[str], cases: list[dict], ne
 def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Iterable[dict] | None = None,
                     nprocs: Iterable[int] = (2, 4), networks: dict[str, tuple[float, float]] | None = None,
                     batch_size: int = 16, steps: int = 8, warmup: int = 3, repeats: int = 3,
-                    net_reference: str | None = None, out: str | Path | None = None) -> pd.DataFrame:
+                    net_reference: str | None = None, out: str | Path | None = None,
+                    caps: Caps | None = None) -> pd.DataFrame:
     """Time every case on every model, p and network. A case is a dict: algo, params, label, and
     optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). Returns (and writes to
     the CSV `out`) one tidy row per measurement: model, label, algo, params, nproc, net_name, net,
     repeat, step_s, grad_bytes, compute_s (median compute-only step time of that model and p),
     efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
-    labelled 'compute' are the no-communication baseline (net_name 'none'). $DISTSGD_MAX_NPROC
-    and $DISTSGD_MAX_BATCH_SIZE cap p and the batch as they cap a run's (`distsgd.runner`; the
-    full-profile dry run sets them)."""
-    from .runner import capped
-
+    labelled 'compute' are the no-communication baseline (net_name 'none'). `caps` (default:
+    `Caps.from_env()`, which the full-profile dry run sets) bound p and the batch as they bound a
+    run's (`distsgd.caps`)."""
+    caps = Caps.from_env() if caps is None else caps
     cases = list(cases or DEFAULT_CASES)
     networks = dict(networks or NETWORKS)
     models = list(models)
-    nprocs = sorted({capped("nproc", p) for p in nprocs})
-    batch_size = capped("batch_size", batch_size)
+    nprocs = sorted({caps.bound("nproc", p) for p in nprocs})
+    batch_size = caps.bound("batch_size", batch_size)
     rows = []
     for p in nprocs:
         rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,

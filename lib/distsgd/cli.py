@@ -7,10 +7,13 @@ import json
 import os
 import sys
 import time
+import typing
 from pathlib import Path
 
-from .config import BACKENDS, DEVICES, DROPIT_STRATEGIES, LAUNCHERS, OPTIMIZERS, SCHEDULES, Config, parse_assignments
+from .config import Config, parse_assignments
 from .errors import ConfigError, WorkerError
+
+_CONFIG_TYPES = typing.get_type_hints(Config)   # field name -> type (the annotations are strings)
 
 EXAMPLES = """examples:
   python -m distsgd train --algo ssgd --model mlp --data digits --nproc 4 --steps 300
@@ -21,12 +24,7 @@ EXAMPLES = """examples:
 """
 
 
-def _defaults() -> Config:
-    return Config()
-
-
 def build_parser() -> argparse.ArgumentParser:
-    d = _defaults()
     parser = argparse.ArgumentParser(
         prog="python -m distsgd",
         description="distsgd: communication-efficient distributed training over torch.distributed.",
@@ -35,49 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train one configuration and print its summary",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    t.add_argument("--algo", default=d.algo, help="algorithm (see `list`)")
-    t.add_argument("--set", dest="params", action="append", default=[], metavar="KEY=VALUE",
-                   help="an algorithm parameter, repeatable (e.g. --set period=8)")
-    t.add_argument("--model", default=d.model, help="logistic, mlp, cnn, resnet18, resnet50, vgg16, transformer")
-    t.add_argument("--model-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="a model option, repeatable (e.g. --model-opt hidden=[512,512])")
-    t.add_argument("--dropit-gamma", type=float, default=d.dropit_gamma,
-                   help="DropIT: drop this fraction of each Linear/Conv2d input kept for backward (0: off)")
-    t.add_argument("--dropit-strategy", default=d.dropit_strategy, choices=DROPIT_STRATEGIES)
-    t.add_argument("--data", default=d.data,
-                   help="digits, synthetic-logistic, synthetic-lsq, cifar10, cifar100, imagenet")
-    t.add_argument("--data-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="a dataset option, repeatable (e.g. --data-opt download=true)")
-    t.add_argument("--partition", default=d.partition, help="iid, shards, shards:K, dirichlet:ALPHA")
-    t.add_argument("--nproc", type=int, default=d.nproc, help="number of worker processes (ranks); under torchrun/srun (--launcher env) the job's WORLD_SIZE is used instead")
-    t.add_argument("--steps", type=int, default=d.steps, help="training steps (iterations)")
-    t.add_argument("--batch-size", type=int, default=d.batch_size, help="mini-batch size per rank")
-    t.add_argument("--lr", type=float, default=d.lr, help="learning rate")
-    t.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS)
-    t.add_argument("--momentum", type=float, default=d.momentum)
-    t.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    t.add_argument("--schedule", default=d.schedule, choices=SCHEDULES, help="learning-rate schedule")
-    t.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument("--net", default=d.net,
-                   help="emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
-                        "'bandwidth=1Gbit,latency=50us'")
-    t.add_argument("--backend", default=d.backend, choices=BACKENDS)
-    t.add_argument("--device", default=d.device, choices=DEVICES)
-    t.add_argument("--launcher", default=d.launcher, choices=LAUNCHERS,
-                   help="spawn local workers, or 'env': this process is one rank of torchrun/srun")
-    t.add_argument("--log-every", type=int, default=d.log_every)
-    t.add_argument("--eval-every", type=int, default=d.eval_every, help="0: only at the end")
-    t.add_argument("--eval-samples", type=int, default=d.eval_samples)
-    t.add_argument("--eval-train", action="store_true",
-                   help="also log the training objective (loss + weight_decay/2 |x|^2) at evaluations")
-    t.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
-                   help="seconds a collective may wait for a peer before the run fails")
-    t.add_argument("--name", default=d.name, help="run name (default: the algorithm)")
-    t.add_argument("--out", default=d.out, help="results directory (default: $DISTSGD_RESULTS or ./results)")
-    t.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
-    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    t.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_config_options(t)
+    g = t.add_argument_group("DropIT", "shorthand for --model-opt dropit='{\"gamma\": G, \"strategy\": S}'")
+    g.add_argument("--dropit-gamma", type=float, default=argparse.SUPPRESS, metavar="G",
+                   help="drop this fraction of each Linear/Conv2d input kept for backward (0: off)")
+    g.add_argument("--dropit-strategy", default=argparse.SUPPRESS, metavar="S",
+                   help="mink (keep the largest entries, the default) or random")
+    r = t.add_argument_group("this command")
+    r.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     sub.add_parser("list", help="algorithms with their parameters, models, datasets, networks")
 
@@ -101,12 +65,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _kind(f: dataclasses.Field) -> type:
+    """The type of Config field `f` without its parameters (``dict[str, Any]`` -> dict)."""
+    hint = _CONFIG_TYPES[f.name]
+    return typing.get_origin(hint) or hint
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One option per `Config` field, with the help (and choices) of its metadata: ``--field-name``
+    (or the metadata's ``flag``) of the field's type; a dict field takes KEY=VALUE, repeatable; a
+    bool field is a switch, ``--no-field-name`` where it defaults to True."""
+    group = parser.add_argument_group("run configuration (distsgd.Config)")
+    for f in dataclasses.fields(Config):
+        kind, help_ = _kind(f), f.metadata["help"].replace("%", "%%")
+        negated = kind is bool and f.default is True
+        flag = f.metadata.get("flag") or "--" + "no-" * negated + f.name.replace("_", "-")
+        if kind is dict:
+            group.add_argument(flag, dest=f.name, action="append", default=[], metavar="KEY=VALUE", help=help_)
+        elif negated:                       # no default shown: it would read "do not ... (default: True)"
+            group.add_argument(flag, dest=f.name, action="store_false", default=argparse.SUPPRESS,
+                               help=f"do not {help_}")
+        elif kind is bool:
+            group.add_argument(flag, dest=f.name, action="store_true", help=help_)
+        else:
+            group.add_argument(flag, dest=f.name, type=kind, default=f.default,
+                               choices=f.metadata.get("choices"), help=help_)
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    fields = {f.name for f in dataclasses.fields(Config)}
-    values = {k: v for k, v in vars(args).items() if k in fields}
-    values["params"] = parse_assignments(args.params, "params")
-    values["model_options"] = parse_assignments(args.model_opt, "model_options")
-    values["data_options"] = parse_assignments(args.data_opt, "data_options")
+    """The Config of parsed `train` options: KEY=VALUE lists become dicts, the DropIT shorthand
+    the model option ``dropit``; fields not given (a ``--no-`` switch) keep Config's default."""
+    from .models import DROPIT
+
+    given = vars(args)
+    values = {f.name: given[f.name] for f in dataclasses.fields(Config) if f.name in given}
+    for f in dataclasses.fields(Config):
+        if _kind(f) is dict:
+            values[f.name] = parse_assignments(values[f.name], f.name)
+    dropit = {key: given[f"dropit_{key}"] for key in ("gamma", "strategy") if f"dropit_{key}" in given}
+    if dropit:
+        values["model_options"][DROPIT] = dropit
     return Config(**values)
 
 

@@ -18,51 +18,72 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step")
 LAUNCHERS = ("auto", "spawn", "env")
-DROPIT_STRATEGIES = ("mink", "random")
 
 # Fields that do not change what a run computes, so they are left out of the hash.
 _NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name")
 
 
+def _field(default: Any, help: str, **cli: Any) -> Any:
+    """A Config field whose metadata holds its `help` and, in `cli`, what the command line needs
+    beyond its name and type: ``choices`` (also checked by `Config.validate`) and ``flag`` (an
+    option name other than ``--field-name``). Dict fields get an empty dict as default."""
+    metadata = {"help": help, **cli}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class Config:
-    """Everything one training run needs.
+    """Everything one training run needs; each field's help is in its metadata (`--help`).
 
     `params` holds the algorithm's own parameters (``--set KEY=VALUE``); validation fills in
     the algorithm's defaults so that the stored config is complete.
     """
 
-    algo: str = "ssgd"
-    params: dict[str, Any] = field(default_factory=dict)
-    model: str = "mlp"
-    model_options: dict[str, Any] = field(default_factory=dict)
-    dropit_gamma: float = 0.0          # DropIT's drop ratio for Linear/Conv2d inputs (0: off)
-    dropit_strategy: str = "mink"
-    data: str = "digits"
-    data_options: dict[str, Any] = field(default_factory=dict)
-    partition: str = "iid"
-    nproc: int = 4
-    steps: int = 300
-    batch_size: int = 32
-    lr: float = 0.1
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    seed: int = 0
-    net: str = ""
-    backend: str = "auto"
-    device: str = "auto"
-    log_every: int = 10
-    eval_every: int = 50
-    eval_samples: int = 2048
-    eval_train: bool = False           # also log the training objective at evaluation points
-    timeout_s: float = 300.0
-    progress: bool = True
-    launcher: str = "auto"
-    name: str = ""
-    out: str = ""
+    algo: str = _field("ssgd", "algorithm (see `python -m distsgd list`)")
+    params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
+                                        "the algorithm's defaults fill in the rest", flag="--set")
+    model: str = _field("mlp", "logistic, mlp, cnn, resnet18, resnet50, vgg16, transformer")
+    model_options: dict[str, Any] = _field(
+        {}, "a model option, repeatable (e.g. --model-opt hidden=[512,512]); "
+            "dropit={\"gamma\": G, \"strategy\": \"mink\"|\"random\"} trains the model's Linear/Conv2d "
+            "layers with DropIT", flag="--model-opt")
+    data: str = _field("digits", "digits, synthetic-logistic, synthetic-lsq, cifar10, cifar100, imagenet")
+    data_options: dict[str, Any] = _field({}, "a dataset option, repeatable (e.g. --data-opt download=true)",
+                                          flag="--data-opt")
+    partition: str = _field("iid", "how the training set is split over the ranks: iid, shards, "
+                                   "shards:K, dirichlet:ALPHA")
+    nproc: int = _field(4, "number of worker processes (ranks); under torchrun/srun (--launcher env) "
+                           "the job's WORLD_SIZE is used instead")
+    steps: int = _field(300, "training steps (iterations)")
+    batch_size: int = _field(32, "mini-batch size per rank")
+    lr: float = _field(0.1, "learning rate (the peak, under a warm-up or decay schedule)")
+    optimizer: str = _field("sgd", "the optimizer every rank steps", choices=OPTIMIZERS)
+    momentum: float = _field(0.0, "SGD momentum, 0 <= momentum < 1")
+    weight_decay: float = _field(0.0, "L2 weight decay of the optimizer, >= 0")
+    schedule: str = _field("constant", "learning-rate schedule (step: x0.1 at 50% and 75% of the steps)",
+                           choices=SCHEDULES)
+    warmup_steps: int = _field(0, "steps of linear learning-rate warm-up before the schedule")
+    seed: int = _field(0, "seed of the model initialisation, the data and its partition")
+    net: str = _field("", "emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
+                          "'bandwidth=1Gbit,latency=50us'")
+    backend: str = _field("auto", "torch.distributed backend (auto: nccl on CUDA devices, else gloo)",
+                          choices=BACKENDS)
+    device: str = _field("auto", "device of each rank (auto: cuda:<local rank> when CUDA is available "
+                                 "and the backend is not gloo)", choices=DEVICES)
+    log_every: int = _field(10, "log the training metrics every this many steps")
+    eval_every: int = _field(50, "evaluate every this many steps (0: only at the end)")
+    eval_samples: int = _field(2048, "samples of each evaluation")
+    eval_train: bool = _field(False, "also log the training objective (loss + weight_decay/2 |x|^2) "
+                                     "at evaluations")
+    timeout_s: float = _field(300.0, "seconds a collective may wait for a peer before the run fails",
+                              flag="--timeout")
+    progress: bool = _field(True, "show a progress bar")
+    launcher: str = _field("auto", "spawn local workers, or 'env': this process is one rank of "
+                                   "torchrun/srun", choices=LAUNCHERS)
+    name: str = _field("", "run name, the start of the run directory's name ('': the algorithm)")
+    out: str = _field("", "results directory ('': $DISTSGD_RESULTS or ./results)")
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> "Config":
@@ -76,8 +97,7 @@ class Config:
         if self.algo not in algorithms.REGISTRY:
             raise ConfigError("algo", self.algo, sorted(algorithms.REGISTRY))
         data.check_options(self.data, self.data_options)
-        if self.model not in models.MODELS:
-            raise ConfigError("model", self.model, models.MODELS)
+        models.check_options(self.model, self.model_options)
         data.parse_partition(self.partition)
         _check_int("nproc", self.nproc, 1)
         _check_int("steps", self.steps, 1)
@@ -95,14 +115,9 @@ class Config:
             raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
         if self.timeout_s <= 0:
             raise ConfigError("timeout_s", self.timeout_s, "a number of seconds > 0")
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("schedule", self.schedule, SCHEDULES)
-        _check_choice("backend", self.backend, BACKENDS)
-        _check_choice("device", self.device, DEVICES)
-        _check_choice("launcher", self.launcher, LAUNCHERS)
-        _check_choice("dropit_strategy", self.dropit_strategy, DROPIT_STRATEGIES)
-        if not (isinstance(self.dropit_gamma, (int, float)) and 0 <= self.dropit_gamma < 1):
-            raise ConfigError("dropit_gamma", self.dropit_gamma, "0 <= gamma < 1 (0: DropIT off)")
+        for f in dataclasses.fields(self):
+            if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
+                raise ConfigError(f.name, getattr(self, f.name), f.metadata["choices"])
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend", self.backend, BACKENDS, "nccl needs device=cuda")
         parse_net(self.net)
@@ -162,8 +177,3 @@ def parse_assignments(items: list[str], field_name: str = "params") -> dict[str,
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(name, value, f"an integer >= {minimum}")
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(name, value, allowed)

@@ -130,9 +130,6 @@ class Trainer:
         self.shard = shards[comm.rank]
         self.model = build_model(c.model, self.ds.input_shape, self.ds.num_classes,
                                  **c.model_options).to(self.device)
-        if c.dropit_gamma > 0:
-            from .memory import dropit
-            dropit(self.model, c.dropit_gamma, c.dropit_strategy)
         self.optimizer = make_optimizer(self.model, c)
         self.algo = create(c.algo, c.params)
         self.net = self.algo.setup(self.model, self.optimizer, comm, c)

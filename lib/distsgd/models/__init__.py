@@ -9,6 +9,11 @@
 - ``transformer``: a stack of pre-norm transformer blocks over tokens cut from the flat input;
   options ``dim``, ``depth``, ``heads``, ``tokens``.
 
+Every model also takes the option ``dropit``: ``{"gamma": γ, "strategy": "mink" | "random"}``
+(strategy default ``mink``) trains its Linear and Conv2d layers with DropIT
+(`distsgd.memory.dropit`, Chen et al., ICLR 2023) at drop ratio 0 <= γ < 1; γ = 0 leaves the
+model unchanged.
+
 No weights are ever downloaded. Initialization draws from torch's global generator: the caller
 seeds it (the same seed on every rank gives identical models); builders never reseed.
 """
@@ -16,13 +21,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from torch import nn
 
 from ..errors import ConfigError
 
-__all__ = ["MODELS", "build_model", "builder_module"]
+__all__ = ["DROPIT", "MODELS", "build_model", "builder_module", "check_options", "dropit_setting"]
 
 # name -> module holding the builder of that name; imported on use, because torchvision
 # takes seconds to import and every worker process pays for what it imports.
@@ -36,6 +41,7 @@ _BUILDERS: dict[str, str] = {
     "transformer": "transformer",
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
+DROPIT = "dropit"                   # the option every model takes: train it with DropIT
 
 
 def builder_module(name: str) -> str:
@@ -50,16 +56,50 @@ def _builder(name: str) -> Callable[..., nn.Module]:
 _SHAPE_ARGS = ("input_shape", "num_classes")
 
 
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ConfigError unless `name` is a model and each of `options` is an option of its
+    builder or a valid `DROPIT` option."""
+    if name not in _BUILDERS:
+        raise ConfigError("model", name, MODELS)
+    allowed = [p for p in inspect.signature(_builder(name)).parameters if p not in _SHAPE_ARGS]
+    allowed.append(DROPIT)
+    for key in options:
+        if key not in allowed:
+            raise ConfigError("model_options", key, allowed, f"not an option of model {name}")
+    if DROPIT in options:
+        dropit_setting(options[DROPIT])
+
+
+def dropit_setting(option: Any) -> tuple[float, str]:
+    """(gamma, strategy) of a `DROPIT` option ``{"gamma": γ, "strategy": s}``; ConfigError if
+    it is not such a dict, γ is not in [0, 1) or s is not a DropIT strategy."""
+    from ..memory.selection import STRATEGIES, check_gamma
+
+    if not (isinstance(option, dict) and "gamma" in option and set(option) <= {"gamma", "strategy"}):
+        raise ConfigError(f"model_options.{DROPIT}", option,
+                          '{"gamma": G} or {"gamma": G, "strategy": S} (0 <= G < 1, S: '
+                          + " or ".join(STRATEGIES) + ")")
+    gamma, strategy = option["gamma"], option.get("strategy", "mink")
+    try:
+        check_gamma(gamma)
+    except ValueError:
+        raise ConfigError(f"model_options.{DROPIT}.gamma", gamma, "0 <= gamma < 1 (0: DropIT off)") from None
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"model_options.{DROPIT}.strategy", strategy, STRATEGIES)
+    return float(gamma), strategy
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
                 **options: Any) -> nn.Module:
     """Build model `name` for inputs of shape `input_shape` (one sample) and `num_classes`
-    outputs. Unknown names and options raise ConfigError."""
-    if name not in _BUILDERS:
-        raise ConfigError("model", name, MODELS)
-    builder = _builder(name)
-    allowed = [p for p in inspect.signature(builder).parameters if p not in _SHAPE_ARGS]
-    for key in options:
-        if key not in allowed:
-            raise ConfigError("model_options", key, allowed or "no options",
-                              f"not an option of model {name}")
-    return builder(tuple(input_shape), num_classes, **options)
+    outputs, with DropIT if `options` hold a `DROPIT` option with γ > 0. Unknown names and bad
+    options raise ConfigError."""
+    check_options(name, options)
+    setting = options.pop(DROPIT, None)
+    model = _builder(name)(tuple(input_shape), num_classes, **options)
+    if setting is not None:
+        gamma, strategy = dropit_setting(setting)
+        if gamma > 0:
+            from ..memory import dropit
+            dropit(model, gamma, strategy)
+    return model

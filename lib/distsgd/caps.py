@@ -1,0 +1,102 @@
+"""`Caps`: upper bounds on what a run may use, so that paper-scale configs run on a small machine.
+
+The full-profile dry run (``reproduce/run.py --dry-run``) executes notebooks in papermill kernels;
+the environment is its only channel into them. So caps are read from the environment at one
+boundary, `Caps.from_env()`, where a caller passes none (`distsgd.run`,
+`distsgd.bench_schedules.bench_schedules`), and travel as a `Caps` argument inside the library.
+A capped config is first validated as asked, so a mistake in it still fails. 0: no cap.
+
+- ``nproc`` (``DISTSGD_MAX_NPROC``) caps the local worker processes (spawn launcher only;
+  torchrun/srun set the world themselves): the run uses the smallest world size from the cap up
+  for which the config is still valid (groups of 4 may need more). An algorithm's per-rank lists
+  (CoCoD-SGD's `speeds`, `batch_weights`) are subsampled to the new world size, first and last
+  entry kept.
+- ``batch_size`` (``DISTSGD_MAX_BATCH_SIZE``) caps the per-rank batch.
+- ``eval_samples`` (``DISTSGD_MAX_EVAL_SAMPLES``) caps the samples of each evaluation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .config import Config
+from .errors import ConfigError
+
+# Cap (a Config field) -> the environment variable that carries it into a notebook's kernel.
+CAP_ENV = {"nproc": "DISTSGD_MAX_NPROC", "batch_size": "DISTSGD_MAX_BATCH_SIZE",
+           "eval_samples": "DISTSGD_MAX_EVAL_SAMPLES"}
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The most worker processes, per-rank batch and evaluation samples a run may use (0: no cap)."""
+
+    nproc: int = 0
+    batch_size: int = 0
+    eval_samples: int = 0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"caps.{f.name}", value, "an integer >= 0 (0: no cap)")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Caps":
+        """The caps set in `environ` (`CAP_ENV`; unset or empty: 0, no cap)."""
+        values = {}
+        for name, var in CAP_ENV.items():
+            text = environ.get(var) or "0"
+            try:
+                values[name] = int(text)
+            except ValueError:
+                raise ConfigError(var, text, "an integer >= 0 (0: no cap)") from None
+        return cls(**values)
+
+    def env(self) -> dict[str, str]:
+        """These caps as environment variables (`CAP_ENV`), for `from_env` in another process."""
+        return {var: str(getattr(self, name)) for name, var in CAP_ENV.items()}
+
+    def bound(self, name: str, value: int) -> int:
+        """`value` of `name` ('nproc', 'batch_size' or 'eval_samples') within its cap; for what is
+        sized outside a Config (the schedule benchmark's worker counts and batch)."""
+        cap = getattr(self, name)
+        return min(value, cap) if cap else value
+
+    def apply(self, config: Config) -> Config:
+        """`config` within these caps (see the module doc); unchanged when it asks for no more."""
+        over = {name: getattr(self, name) for name in ("batch_size", "eval_samples")
+                if 0 < getattr(self, name) < getattr(config, name)}
+        over_nproc = 0 < self.nproc < config.nproc
+        if not (over or over_nproc):
+            return config
+        config.validate()                                # the config as asked must be valid
+        config = dataclasses.replace(config, **over)
+        return _cap_nproc(config, self.nproc) if over_nproc else config
+
+
+def _subsample(values: list[Any], n: int) -> list[Any]:
+    """`n` entries of `values` evenly spread from the first to the last."""
+    if n == 1:
+        return values[:1]
+    return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
+
+
+def _cap_nproc(config: Config, cap: int) -> Config:
+    """`config` with the smallest nproc from `cap` up for which it is valid, its per-rank
+    parameter lists subsampled to that many ranks."""
+    from .algorithms import REGISTRY              # late: imports torch
+
+    per_rank = [p.name for p in REGISTRY[config.algo].params
+                if p.per_rank and len(config.params.get(p.name) or []) == config.nproc]
+    for nproc in range(max(1, cap), config.nproc):
+        params = {**config.params, **{name: _subsample(config.params[name], nproc) for name in per_rank}}
+        candidate = dataclasses.replace(config, nproc=nproc, params=params)
+        try:
+            candidate.validate()
+        except ConfigError:
+            continue
+        return candidate
+    return config

@@ -1,0 +1,92 @@
+"""The `train` command line: one option per Config field, generated from the fields (help in
+their metadata), the existing option names, the DropIT shorthand, and clear errors."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from distsgd import cli
+from distsgd.config import Config
+
+
+def _train_config(*argv: str) -> Config:
+    return cli.config_from_args(cli.build_parser().parse_args(["train", *argv]))
+
+
+def _flat(text: str) -> str:
+    return "".join(text.split())      # argparse wraps lines, also after hyphens
+
+
+def test_every_config_field_is_an_option_with_its_help(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--help"])
+    shown = _flat(capsys.readouterr().out)
+    hints = typing.get_type_hints(Config)
+    argv, expected = [], {}
+    for f in dataclasses.fields(Config):
+        assert f.metadata["help"] and _flat(f.metadata["help"]) in shown, f.name
+        kind = typing.get_origin(hints[f.name]) or hints[f.name]
+        negated = kind is bool and f.default is True
+        flag = f.metadata.get("flag") or "--" + "no-" * negated + f.name.replace("_", "-")
+        assert flag in shown, f.name
+        if kind is dict:
+            argv += [flag, "key=[1,2]"]
+            expected[f.name] = {"key": [1, 2]}
+        elif kind is bool:
+            argv.append(flag)
+            expected[f.name] = not f.default
+        elif "choices" in f.metadata:
+            argv += [flag, f.metadata["choices"][-1]]
+            expected[f.name] = f.metadata["choices"][-1]
+        else:
+            value = kind(f.default) + 1 if kind in (int, float) else "x"
+            argv += [flag, str(value)]
+            expected[f.name] = value
+    assert dataclasses.asdict(_train_config(*argv)) == expected     # every field set from the CLI
+
+
+def test_defaults_and_existing_option_names() -> None:
+    assert _train_config() == Config()
+    c = _train_config("--algo", "local_sgd", "--set", "period=8", "--set", "ratio=0.5", "--model", "cnn",
+                      "--model-opt", "width=2", "--data", "cifar10", "--data-opt", "download=true",
+                      "--partition", "shards:2", "--nproc", "2", "--steps", "5", "--batch-size", "8",
+                      "--lr", "0.5", "--optimizer", "adam", "--momentum", "0.9", "--weight-decay", "1e-4",
+                      "--schedule", "cosine", "--warmup-steps", "2", "--seed", "3", "--net", "1GbE",
+                      "--backend", "gloo", "--device", "cpu", "--launcher", "spawn", "--log-every", "2",
+                      "--eval-every", "0", "--eval-samples", "64", "--eval-train", "--timeout", "9",
+                      "--name", "n", "--out", "o", "--no-progress", "--force", "--json")
+    assert c == Config(algo="local_sgd", params={"period": 8, "ratio": 0.5}, model="cnn",
+                       model_options={"width": 2}, data="cifar10", data_options={"download": True},
+                       partition="shards:2", nproc=2, steps=5, batch_size=8, lr=0.5, optimizer="adam",
+                       momentum=0.9, weight_decay=1e-4, schedule="cosine", warmup_steps=2, seed=3,
+                       net="1GbE", backend="gloo", device="cpu", launcher="spawn", log_every=2,
+                       eval_every=0, eval_samples=64, eval_train=True, timeout_s=9.0, name="n", out="o",
+                       progress=False)
+
+
+def test_dropit_shorthand_is_the_model_option() -> None:
+    assert _train_config("--dropit-gamma", "0.9").model_options == {"dropit": {"gamma": 0.9}}
+    c = _train_config("--model-opt", "hidden=[32]", "--dropit-gamma", "0.5", "--dropit-strategy", "random")
+    assert c.model_options == {"hidden": [32], "dropit": {"gamma": 0.5, "strategy": "random"}}
+    assert _train_config("--model-opt", 'dropit={"gamma": 0.7}').model_options == {"dropit": {"gamma": 0.7}}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--dropit-gamma", "1.5"], "invalid model_options.dropit.gamma=1.5; allowed: 0 <= gamma < 1"),
+    (["--dropit-gamma", "0.5", "--dropit-strategy", "maxk"],
+     "invalid model_options.dropit.strategy='maxk'; allowed: mink, random"),
+    (["--model-opt", "width"], "invalid model_options='width'; allowed: KEY=VALUE"),
+    (["--model", "mlp", "--model-opt", "width=3"], "invalid model_options='width'; allowed: hidden, dropit"),
+])
+def test_bad_values_fail_before_any_worker_naming_the_field(tmp_path, capsys, argv, message) -> None:
+    assert cli.main(["train", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_choice_is_refused_by_the_parser(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--optimizer", "lbfgs"])
+    assert "invalid choice: 'lbfgs'" in capsys.readouterr().err
