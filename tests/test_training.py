@@ -107,7 +107,7 @@ def test_finished_run_is_reused_and_force_recomputes():
 
 
 @pytest.mark.multiproc
-def test_a_run_made_by_other_code_is_recomputed():
+def test_a_run_made_by_other_code_is_recomputed(capfd):
     """A finished run whose summary records another code version (the library was edited since)
     is stale: run() recomputes it instead of showing the old result."""
     cfg = dict(SMALL, steps=10)
@@ -116,9 +116,12 @@ def test_a_run_made_by_other_code_is_recomputed():
     made = json.loads(summary.read_text())
     assert made["code_version"] == distsgd.results.code_version()
     summary.write_text(json.dumps({**made, "code_version": "edited-since"}))
+    kept = distsgd.run(algo="ssgd", reuse_stale=True, **cfg)           # explicitly reused
+    assert json.loads((kept.path / "summary.json").read_text())["code_version"] == "edited-since"
     again = distsgd.run(algo="ssgd", **cfg)
     assert again.path == first.path
     assert json.loads(summary.read_text())["code_version"] == distsgd.results.code_version()
+    assert "recomputing" in capfd.readouterr().err
 
 
 def test_code_version_follows_the_source(tmp_path, monkeypatch):

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mink (keep the largest entries, the default) or random")
     r = t.add_argument_group("this command")
     r.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
+    r.add_argument("--reuse-stale", action="store_true",
+                   help="reuse a finished run of the same config made by an earlier code version")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     sub.add_parser("list", help="algorithms with their parameters, models, datasets, networks")
@@ -113,7 +115,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     t0 = time.perf_counter()
-    result = run(config, force=args.force)
+    result = run(config, force=args.force, reuse_stale=args.reuse_stale)
     if os.environ.get("RANK", "0") == "0":        # under torchrun, only rank 0 reports
         if args.json:
             print(json.dumps(result.summary, indent=2, default=str))

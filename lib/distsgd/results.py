@@ -115,14 +115,17 @@ def prepare_run_dir(run_dir: Path, config: Config) -> None:
     write_json_atomic(run_dir / "env.json", environment_info())
 
 
-def is_finished(run_dir: Path, config: Config) -> bool:
-    """A run is finished, and may be reused, when its summary exists and was made for the same
-    config hash by the same code version (`code_version`): a result of edited code is stale."""
+def finished_code_version(run_dir: Path, config: Config) -> str | None:
+    """The code version (`code_version`) that made the finished run of `config` in `run_dir`;
+    None if there is no finished run of this config there. `distsgd.run` reuses a finished run
+    only when this is the current code version: a result of edited code is stale."""
     summary = run_dir / "summary.json"
     if not summary.is_file():
-        return False
+        return None
     made = json.loads(summary.read_text())
-    return made.get("config_hash") == config.hash() and made.get("code_version") == code_version()
+    if made.get("status") != "finished" or made.get("config_hash") != config.hash():
+        return None
+    return str(made.get("code_version"))
 
 
 def write_rank_outputs(run_dir: Path, rank: int, rows: list[dict], final: dict,

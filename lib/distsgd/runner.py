@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,7 +22,7 @@ from .cluster import from_slurm, launch_env
 from .config import Config
 from .launch import launch, launcher_for
 from .paths import results_root
-from .results import Result, is_finished, prepare_run_dir
+from .results import Result, code_version, finished_code_version, prepare_run_dir
 
 
 def run_dir_of(config: Config) -> Path:
@@ -41,15 +42,33 @@ def _locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run(config: Config | None = None, *, force: bool = False, caps: Caps | None = None,
-        **fields: Any) -> Result:
+def _must_compute(run_dir: Path, config: Config, force: bool, reuse_stale: bool) -> bool:
+    """Whether `run` computes `config` in `run_dir`: unless `force`, a finished run of the same
+    config made by the same code version is reused; one made by other code is recomputed, and
+    said so, unless `reuse_stale`."""
+    if force:
+        return True
+    made_by = finished_code_version(run_dir, config)
+    if made_by is None:
+        return True
+    if made_by == code_version() or reuse_stale:
+        return False
+    print(f"distsgd: recomputing {run_dir.name}: its result was made by code version {made_by}, "
+          f"the library is now {code_version()} (reuse_stale=True, or --reuse-stale, keeps it)",
+          file=sys.stderr, flush=True)
+    return True
+
+
+def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool = False,
+        caps: Caps | None = None, **fields: Any) -> Result:
     """Train with `config` (or `Config(**fields)`; given both, `fields` override the config),
     within `caps` (default: `Caps.from_env()`; ignored under torchrun/srun, whose job sets the
     world).
 
     Bad fields raise ConfigError before any process starts. A finished run with the same
-    config hash is loaded instead of recomputed unless `force`. A failing worker raises
-    WorkerError naming its rank.
+    config hash, made by the same code version, is loaded instead of recomputed unless `force`;
+    one made by other code (the library was edited since) is recomputed unless `reuse_stale`.
+    A failing worker raises WorkerError naming its rank.
     """
     config = dataclasses.replace(config, **fields) if config is not None else Config(**fields)
     if config.launcher == "env" and "RANK" not in os.environ:   # plain srun, no torchrun
@@ -65,13 +84,13 @@ def run(config: Config | None = None, *, force: bool = False, caps: Caps | None 
     run_dir = run_dir_of(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if env_launch:
-        if force or not is_finished(run_dir, config):
+        if _must_compute(run_dir, config, force, reuse_stale):
             if os.environ.get("RANK") == "0":
                 prepare_run_dir(run_dir, config)
             launch(config, run_dir)
         return Result.load(run_dir)
     with _locked(run_dir):
-        if force or not is_finished(run_dir, config):
+        if _must_compute(run_dir, config, force, reuse_stale):
             prepare_run_dir(run_dir, config)
             launch(config, run_dir)
     return Result.load(run_dir)
