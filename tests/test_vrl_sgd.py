@@ -40,7 +40,7 @@ def _vrl_on_rank(rank: int, world: int, period: int, warmup: bool, steps: int) -
         algo.after_backward(step)
         opt.step()
         algo.after_step(step)
-        if algo.since_average == 0:                          # just averaged: sum Delta over ranks
+        if algo.clock.since == 0:                          # just averaged: sum Delta over ranks
             d = algo.state_dict()["delta"].clone()
             dist.all_reduce(d)
             sums.append((step, float(d.abs().max()), float(algo.delta.abs().max())))

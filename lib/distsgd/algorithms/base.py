@@ -3,17 +3,33 @@
 The training loop (distsgd.train) calls, every step:
 
     algo.before_forward(step)     # e.g. apply a delayed update
-    loss.backward()               # gradient hooks installed in setup() may fire here
+    loss.backward()               # gradient hooks installed in build() may fire here
     algo.after_backward(step)     # gradient communication
     algo.optimizer_step(step)     # usually optimizer.step()
     algo.after_step(step)         # model averaging, launching background communication
 
 and `finalize()` once at the end (drain in-flight communication so that every rank holds the
-model that is evaluated). An algorithm declares its own parameters as `Param`s; they are set
-with ``--set NAME=VALUE`` and listed by ``python -m distsgd list``.
+model that is evaluated).
+
+What a subclass declares, each in one place:
+
+- hyper-parameters: `params`, a tuple of `Param`s (name, default, help, check; set with
+  ``--set NAME=VALUE``, listed by ``python -m distsgd list``), each also annotated on the class
+  (``period: int``); `__init__` sets every resolved value as that attribute (``self.period``).
+- runtime state: `state_fields`, the names of the attributes that hold it (annotated and
+  commented next to it); the fields of a class and of its bases together are what
+  `state_dict()` saves and `load_state_dict()` restores, so a checkpoint holds all of it.
+  A field is a tensor (restored in place, so views of it stay valid), an object with its own
+  state_dict / load_state_dict (`Period`, `ErrorFeedback`), or a plain value (number, string,
+  None, list); tensors and plain containers only, so ``torch.load(weights_only=True)`` reads it.
+- `build()`: creates that state (and buffers, hooks) once the model, optimizer, comm and config
+  are set. `setup()`, which the loop calls, stores those four, sets `self.net = model` (the module
+  the loop runs forward on), calls `build()` and returns `self.net`; a `build()` that wraps the
+  model (DDP) replaces `self.net`. A subclass calls `super().build()` first.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -58,13 +74,17 @@ class Algorithm:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
+    state_fields: ClassVar[tuple[str, ...]] = ()     # this class's runtime state (see the module doc)
+
+    model: torch.nn.Module                 # the model of this rank
+    net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)
+    optimizer: torch.optim.Optimizer
+    comm: "Comm"
+    config: "Config"
 
     def __init__(self, **params: Any) -> None:
-        self.p = self.resolve_params(params)
-        self.model: torch.nn.Module
-        self.optimizer: torch.optim.Optimizer
-        self.comm: Comm
-        self.config: Config
+        for name, value in self.resolve_params(params).items():
+            setattr(self, name, value)
         self._handles: list[RemovableHandle] = []   # hooks on the model, removed by close()
 
     @classmethod
@@ -82,12 +102,22 @@ class Algorithm:
         """Checks that involve the rest of the config (e.g. a group count dividing nproc);
         raise ConfigError. Called by Config.validate, before any process starts."""
 
+    @classmethod
+    def state_names(cls) -> tuple[str, ...]:
+        """The runtime state: `state_fields` of the bases first, then of this class."""
+        return tuple(name for c in reversed(cls.__mro__) for name in vars(c).get("state_fields", ()))
+
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
               config: "Config") -> torch.nn.Module:
-        """Remember the pieces; return the module the loop runs forward on (may be a wrapper)."""
+        """Store the pieces, build(); return the module the loop runs forward on (self.net)."""
         self.model, self.optimizer, self.comm, self.config = model, optimizer, comm, config
-        return model
+        self.net = model
+        self.build()
+        return self.net
+
+    def build(self) -> None:
+        """Create the runtime state, buffers and hooks (model, optimizer, comm, config are set)."""
 
     def learning_rate(self, step: int, scheduled: float) -> float:
         """The learning rate of `step`; `scheduled` is the config's schedule. Algorithms that
@@ -133,8 +163,30 @@ class Algorithm:
         """Extra per-step values logged as metrics columns (e.g. the current period)."""
         return {}
 
+    # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        """This rank's runtime state between two steps: every field of `state_names()` (copies)."""
+        return {name: _save(getattr(self, name)) for name in self.state_names()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Restore the state saved by state_dict() into an algorithm set up on the same model."""
+        names = self.state_names()
+        if set(state) != set(names):
+            raise KeyError(f"{self.name} state has fields {sorted(state)}, expected {sorted(names)}")
+        for name in names:
+            current = getattr(self, name)
+            if isinstance(current, torch.Tensor):
+                current.copy_(state[name])
+            elif hasattr(current, "load_state_dict"):
+                current.load_state_dict(state[name])
+            else:
+                setattr(self, name, copy.deepcopy(state[name]))
+
+
+def _save(value: Any) -> Any:
+    """A state field as tensors and plain containers, detached from the running algorithm."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if hasattr(value, "state_dict"):
+        return value.state_dict()
+    return copy.deepcopy(value)

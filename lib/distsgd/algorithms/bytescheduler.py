@@ -62,13 +62,17 @@ class ByteScheduler(LayerwiseDeferred):
               "a number > 0"),
     )
 
+    partition_mb: float
+    credit_mb: float
+
     def build(self) -> None:
+        super().build()
         self.grad: dict[torch.nn.Parameter, torch.Tensor] = {}
         self.parts: dict[torch.nn.Parameter, list[_Part]] = {}
         for layer, m in enumerate(self.modules):
             for q in unit_params(m):
                 flat = torch.zeros(q.numel(), dtype=q.dtype, device=q.device)
-                size = max(1, int(self.p["partition_mb"] * 2**20) // q.element_size())
+                size = max(1, int(self.partition_mb * 2**20) // q.element_size())
                 self.grad[q] = flat
                 self.parts[q] = [_Part(flat[i:i + size], (layer, i)) for i in range(0, q.numel(), size)]
         self.queue: list[_Part] = []                 # heap: front layers first
@@ -86,7 +90,7 @@ class ByteScheduler(LayerwiseDeferred):
     def _pump(self, block: bool = False) -> None:
         """Launch queued partitions, highest priority first, while the bytes in flight stay within
         the credit; with `block`, wait for the oldest in-flight partition to make room."""
-        credit = self.p["credit_mb"] * 2**20
+        credit = self.credit_mb * 2**20
         while self.queue:
             if self.inflight and self.inflight_bytes + self.queue[0].nbytes > credit:
                 if not block:

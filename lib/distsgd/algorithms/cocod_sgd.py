@@ -44,10 +44,11 @@ import torch
 from ..errors import ConfigError
 from .base import Algorithm, Param
 from .flat import averaged_tensors, flatten, unflatten_into
+from .inflight import InFlight
+from .period import Period
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Handle
     from ..config import Config
 
 
@@ -80,6 +81,16 @@ class CoCoDSGD(Algorithm):
               lambda v: v >= 0, "a number >= 0"),
     )
 
+    period: int
+    batch_weights: list[float]
+    speeds: list[float]
+    sample_ms: float
+
+    state_fields = ("snapshot", "pending", "clock")
+    snapshot: torch.Tensor              # a_i: this rank's model at the last communication point, flat
+    pending: InFlight                   # the all-reduce filling ā (at most one in flight)
+    clock: Period                       # when the next period ends (the next launch)
+
     @classmethod
     def check_config(cls, params: dict, config: "Config") -> None:
         for name in (p.name for p in cls.params if p.per_rank):
@@ -87,22 +98,20 @@ class CoCoDSGD(Algorithm):
                 raise ConfigError(f"params.{name}", params[name],
                                   f"a list of {config.nproc} numbers (one per rank) or []")
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.tensors = averaged_tensors(model)
-        self.batches = (proportional_batches(config.batch_size, self.p["batch_weights"])
-                        if self.p["batch_weights"] else [config.batch_size] * comm.world_size)
-        self.weight = self.batches[comm.rank] / sum(self.batches)
-        speed = self.p["speeds"][comm.rank] if self.p["speeds"] else 1.0
+    def build(self) -> None:
+        self.tensors = averaged_tensors(self.model)
+        rank, world = self.comm.rank, self.comm.world_size
+        self.batches = (proportional_batches(self.config.batch_size, self.batch_weights)
+                        if self.batch_weights else [self.config.batch_size] * world)
+        self.weight = self.batches[rank] / sum(self.batches)    # w_i
+        speed = self.speeds[rank] if self.speeds else 1.0
         self.slowdown = 1 / speed - 1                   # x measured compute time
-        self.sleep_s = self.batches[comm.rank] * self.p["sample_ms"] / 1e3 / speed
-        self.snapshot = flatten(self.tensors)           # a_i
-        self.buffer = torch.empty_like(self.snapshot)    # filled with ā by the in-flight all-reduce
-        self.handle: Handle | None = None
-        self.since_snapshot = 0
+        self.sleep_s = self.batches[rank] * self.sample_ms / 1e3 / speed
+        self.snapshot = flatten(self.tensors)
+        self.buffer = torch.empty_like(self.snapshot)    # the all-reduce's input and output
+        self.pending = InFlight()
+        self.clock = Period(self.period)
         self.t_compute = 0.0
-        return model
 
     def batch_size(self) -> int:
         return self.batches[self.comm.rank]
@@ -121,39 +130,34 @@ class CoCoDSGD(Algorithm):
     def _launch(self, x: torch.Tensor) -> None:
         """a_i <- x; start the (weighted) all-reduce of a_i in the background."""
         self.snapshot.copy_(x)
-        if self.p["batch_weights"]:
+        if self.batch_weights:
             torch.mul(x, self.weight, out=self.buffer)
-            self.handle = self.comm.all_reduce(self.buffer, op="sum", async_op=True)
+            self.pending.add(self.buffer, self.comm.all_reduce(self.buffer, op="sum", async_op=True))
         else:
             self.buffer.copy_(x)
-            self.handle = self.comm.all_reduce(self.buffer, op="avg", async_op=True)
-        self.since_snapshot = 0
+            self.pending.add(self.buffer, self.comm.all_reduce(self.buffer, op="avg", async_op=True))
 
     def _apply_average(self) -> torch.Tensor:
         """Wait for ā and return x_i <- ā + (x_i - a_i) as a flat tensor (written to the model)."""
         x = flatten(self.tensors)
-        if self.handle is not None:
-            self.handle.wait()
-            self.handle = None
-            x.sub_(self.snapshot).add_(self.buffer)
+        for abar in self.pending.drain():
+            x.sub_(self.snapshot).add_(abar)
             unflatten_into(x, self.tensors)
         return x
 
     def after_step(self, step: int) -> None:
-        self.since_snapshot += 1
-        if (step + 1) % self.p["period"] == 0:
+        if self.clock.tick():
             self._launch(self._apply_average())
 
     def finalize(self) -> None:
         x = self._apply_average()
-        if self.since_snapshot:                 # local progress since the snapshot differs per rank
-            if self.p["batch_weights"]:
+        if self.clock.cut():                    # local progress since the snapshot differs per rank
+            if self.batch_weights:
                 x.mul_(self.weight)
                 self.comm.all_reduce(x, op="sum")
             else:
                 self.comm.all_reduce(x, op="avg")
             unflatten_into(x, self.tensors)
-            self.since_snapshot = 0
 
     def metrics(self) -> dict[str, float]:
-        return {"period": self.p["period"]}
+        return {"period": self.period}

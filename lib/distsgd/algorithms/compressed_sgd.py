@@ -16,19 +16,11 @@ With compressor "none" (or topk at ratio 1) this is S-SGD. Parameter-server traf
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import torch
-
 from ..compress import ErrorFeedback
 from ..compress.exchange import average
 from .base import Param
 from .compression import PARAMS, WORKER, CompressedAlgorithm
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 
 @register
@@ -39,17 +31,20 @@ class CompressedSGD(CompressedAlgorithm):
         Param("error_feedback", True, "keep the worker's compression residual (EF-SGD)"),
     )
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
+    error_feedback: bool
+
+    state_fields = ("memory",)
+    memory: ErrorFeedback               # e_i: this worker's compression residual
+
+    def build(self) -> None:
+        super().build()
         self.memory = ErrorFeedback()
-        return model
 
     def after_backward(self, step: int) -> None:
         g = self.flat_grad()
-        p = self.memory.compensate(g) if self.p["error_feedback"] else g
-        payload, ctx = self.compressor.compress(p, self.seed(step, WORKER, self.compressor))
-        if self.p["error_feedback"]:
-            self.memory.update(p, self.compressor.decompress(payload, ctx))
-        self.set_grad(average(self.comm, self.compressor, payload, ctx))
-        self.count(self.compressor.wire_bytes(self.numel), 4 * self.numel)
+        p = self.memory.compensate(g) if self.error_feedback else g
+        payload, ctx = self.codec.compress(p, self.seed(step, WORKER, self.codec))
+        if self.error_feedback:
+            self.memory.update(p, self.codec.decompress(payload, ctx))
+        self.set_grad(average(self.comm, self.codec, payload, ctx))
+        self.count(self.codec.wire_bytes(self.numel), 4 * self.numel)

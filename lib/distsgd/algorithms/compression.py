@@ -12,17 +12,11 @@ for unidirectional compression.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..compress import NAMES, Compressor, make
 from .base import Algorithm, Param
 from .flat import flatten, unflatten_into
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 PARAMS = (
     Param("compressor", "topk", "compressor: " + ", ".join(NAMES), lambda v: v in NAMES, ", ".join(NAMES)),
@@ -37,18 +31,21 @@ WORKER, SERVER = 0, 1
 class CompressedAlgorithm(Algorithm):
     """Base for algorithms that compress the flat gradient of all trainable parameters."""
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.trainable = [p for p in model.parameters() if p.requires_grad]
+    compressor: str                     # its name; the compressor itself is self.codec
+    ratio: float
+    levels: int
+    rank: int                           # PowerSGD's rank r (the process rank is comm.rank)
+
+    state_fields = ("up_bytes", "down_bytes")
+    up_bytes: int                       # parameter-server view: bytes sent so far by this worker
+    down_bytes: int                     # ... and received so far
+
+    def build(self) -> None:
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.numel = sum(p.numel() for p in self.trainable)
-        self.compressor = self.make_compressor()
+        self.codec: Compressor = make(self.compressor, self.ratio, self.levels, self.rank)   # C
         self.up_bytes = 0
         self.down_bytes = 0
-        return model
-
-    def make_compressor(self) -> Compressor:
-        return make(self.p["compressor"], self.p["ratio"], self.p["levels"], self.p["rank"])
 
     def flat_grad(self) -> torch.Tensor:
         return flatten([torch.zeros_like(p) if p.grad is None else p.grad for p in self.trainable])

@@ -17,7 +17,6 @@ from .registry import register
 
 if TYPE_CHECKING:
     from ..comm import Comm
-    from ..config import Config
 
 
 def ledger_allreduce_hook(comm: "Comm", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -33,11 +32,11 @@ class DDP(Algorithm):
         Param("bucket_mb", 25.0, "DDP bucket_cap_mb", lambda v: v > 0, "a number > 0"),
     )
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        device_ids = [comm.device.index] if comm.device.type == "cuda" else None
-        ddp = DistributedDataParallel(model, device_ids=device_ids,
-                                      bucket_cap_mb=self.p["bucket_mb"])
-        ddp.register_comm_hook(comm, ledger_allreduce_hook)
-        return ddp
+    bucket_mb: float
+
+    def build(self) -> None:
+        device = self.comm.device
+        device_ids = [device.index] if device.type == "cuda" else None
+        ddp = DistributedDataParallel(self.model, device_ids=device_ids, bucket_cap_mb=self.bucket_mb)
+        ddp.register_comm_hook(self.comm, ledger_allreduce_hook)
+        self.net = ddp

@@ -91,6 +91,19 @@ class DeAR(LayerwiseDeferred):
               lambda v: v >= 1, "an integer >= 1"),
     )
 
+    threshold_mb: float
+    nearby_layers: int
+    tune: bool
+    tune_min_mb: float
+    tune_max_mb: float
+    tune_trials: int
+    tune_window: int
+
+    state_fields = ("fusion_mb", "tuning", "tuner")
+    fusion_mb: float                    # the fusion threshold in use (threshold_mb, or the tuner's)
+    tuning: bool                        # the tuner is still trying thresholds
+    tuner: GridTuner | None             # its measurements (None without `tune`)
+
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
         super().check_config(params, config)
@@ -98,18 +111,16 @@ class DeAR(LayerwiseDeferred):
             raise ConfigError("params.tune_min_mb", params["tune_min_mb"], f"<= tune_max_mb ({params['tune_max_mb']})")
 
     def build(self) -> None:
-        self.threshold_mb = self.p["threshold_mb"]
-        self.tuner = GridTuner(self.p["tune_min_mb"], self.p["tune_max_mb"], self.p["tune_trials"]) \
-            if self.p["tune"] else None
+        super().build()
+        self.tuner = GridTuner(self.tune_min_mb, self.tune_max_mb, self.tune_trials) if self.tune else None
         self.tuning = self.tuner is not None
-        if self.tuning:
-            self.threshold_mb = self.tuner.ask()
+        self.fusion_mb = self.tuner.ask() if self.tuner is not None else self.threshold_mb
         self.regroup()
         self.window_start = 0.0
 
     def regroup(self) -> None:
         """(Re)build the fusion groups for the current threshold."""
-        groups = fusion_groups(self.modules, self.threshold_mb * 2**20, self.p["nearby_layers"])
+        groups = fusion_groups(self.modules, self.fusion_mb * 2**20, self.nearby_layers)
         self.groups = [_Group(ms, self.comm.world_size) for ms in groups]
         self.group_of = {m: i for i, g in enumerate(self.groups) for m in g.modules}
         self.grad_of = {q: v for g in self.groups for q, v in zip(g.params, g.views())}
@@ -166,22 +177,31 @@ class DeAR(LayerwiseDeferred):
     def _tune_step(self, step: int) -> None:
         """At the end of each window of tune_window steps: time it (the first window is warm-up),
         tell the tuner, and switch to its next threshold (or the best one when done)."""
-        window = self.p["tune_window"]
+        window = self.tune_window
         if (step + 1) % window:
             return
         now = time.perf_counter()
         if step + 1 > window:                # not the warm-up window
             elapsed = torch.tensor((now - self.window_start) / window, dtype=torch.float64)
             seconds = self.comm.reduce_uncounted(elapsed, op="max").item()   # all ranks agree
-            self.tuner.tell(self.threshold_mb, seconds)
+            self.tuner.tell(self.fusion_mb, seconds)
             nxt = self.tuner.ask()
             if nxt is None:
                 nxt, self.tuning = self.tuner.best(), False
-            if nxt != self.threshold_mb:
+            if nxt != self.fusion_mb:
                 self.flush()
-                self.threshold_mb = nxt
+                self.fusion_mb = nxt
                 self.regroup()
         self.window_start = time.perf_counter()
 
     def metrics(self) -> dict[str, float]:
-        return {"threshold_mb": self.threshold_mb, "fusion_groups": len(self.groups)}
+        return {"threshold_mb": self.fusion_mb, "fusion_groups": len(self.groups)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The saved threshold's fusion groups first (the pending gradients go back into their
+        buffers), then the fields and the pending update, whose all-gathers count as arrived."""
+        self.fusion_mb = state["fusion_mb"]
+        self.regroup()
+        super().load_state_dict(state)
+        self.gathered = self.launched = len(self.groups)
+        self.window_start = time.perf_counter()      # a tuning window restarts at the resume

@@ -12,18 +12,10 @@ same compressor (`compressor`, `ratio`). Parameter-server traffic per worker: up
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import torch
-
 from ..compress import ErrorFeedback
 from ..compress.exchange import average
 from .compression import PARAMS, SERVER, WORKER, CompressedAlgorithm
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 
 @register
@@ -32,15 +24,17 @@ class DoubleSqueeze(CompressedAlgorithm):
     summary = "DoubleSqueeze: bidirectional compression, error feedback on workers and (replicated) server"
     params = PARAMS
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
+    state_fields = ("worker_memory", "server_memory")
+    worker_memory: ErrorFeedback        # d_i: this worker's compression error
+    server_memory: ErrorFeedback        # d: the (replicated) server's compression error
+
+    def build(self) -> None:
+        super().build()
         self.worker_memory = ErrorFeedback()
         self.server_memory = ErrorFeedback()
-        return model
 
     def after_backward(self, step: int) -> None:
-        c = self.compressor
+        c = self.codec
         v_i = self.worker_memory.compensate(self.flat_grad())
         payload, ctx = c.compress(v_i, self.seed(step, WORKER, c))
         self.worker_memory.update(v_i, c.decompress(payload, ctx))

@@ -35,10 +35,11 @@ import torch
 from ..errors import ConfigError
 from .base import Algorithm, Param
 from .flat import average, averaged_tensors, flatten, unflatten_into
+from .period import Period
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Group
+    from ..comm import Group
     from ..config import Config
 
 STATE_MODES = ("local", "average", "reset")
@@ -61,6 +62,18 @@ class KAVG(Algorithm):
               lambda v: v in STATE_MODES, ", ".join(STATE_MODES)),
     )
 
+    period: int
+    local_groups: int
+    local_period: int
+    reduction_momentum: float
+    optimizer_state: str
+
+    state_fields = ("clock", "local_clock", "anchor", "velocity")
+    clock: Period                       # when the next global reduction falls (K)
+    local_clock: Period                 # when the next local reduction falls (K_l; unused if 0)
+    anchor: torch.Tensor                # x_g: the model after the last global reduction, flat
+    velocity: torch.Tensor              # v: the reduction momentum (both empty when mu = 0)
+
     @classmethod
     def check_config(cls, params: dict, config: "Config") -> None:
         if config.nproc % params["local_groups"]:
@@ -71,21 +84,18 @@ class KAVG(Algorithm):
                               f"1 < local_groups < nproc={config.nproc} when local_period > 0",
                               "a local reduction needs groups smaller than the world")
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.tensors = averaged_tensors(model)
+    def build(self) -> None:
+        self.tensors: list[torch.Tensor] = averaged_tensors(self.model)
         self.group: Group | None = None
-        if self.p["local_period"]:
-            size = comm.world_size // self.p["local_groups"]
-            self.group = comm.split_groups([list(range(g * size, (g + 1) * size))
-                                            for g in range(self.p["local_groups"])])
-        self.mu = self.p["reduction_momentum"]
-        if self.mu:
-            self.anchor = flatten(self.tensors)          # x_g: model after the last global reduction
-            self.velocity = torch.zeros_like(self.anchor)
-        self.since_global = 0
-        return model
+        if self.local_period:
+            size = self.comm.world_size // self.local_groups
+            self.group = self.comm.split_groups([list(range(g * size, (g + 1) * size))
+                                                 for g in range(self.local_groups)])
+        self.clock = Period(self.period)
+        self.local_clock = Period(self.local_period or 1)
+        mu = self.reduction_momentum
+        self.anchor = flatten(self.tensors) if mu else torch.zeros(0)
+        self.velocity = torch.zeros_like(self.anchor)
 
     # ------------------------------------------------------------------ reductions
     def _state_tensors(self) -> list[torch.Tensor]:
@@ -99,32 +109,29 @@ class KAVG(Algorithm):
 
     def _average(self, group: "Group | None", momentum: bool = True) -> None:
         flat = average(self.comm, self.tensors, group)
-        if group is None and self.mu and momentum:
-            self.velocity.mul_(self.mu).add_(flat - self.anchor)
+        if group is None and self.reduction_momentum and momentum:
+            self.velocity.mul_(self.reduction_momentum).add_(flat - self.anchor)
             self.anchor.add_(self.velocity)
             unflatten_into(self.anchor, self.tensors)
-        mode = self.p["optimizer_state"]
-        if mode == "reset":
+        if self.optimizer_state == "reset":
             self.optimizer.state.clear()
-        elif mode == "average":
+        elif self.optimizer_state == "average":
             state = self._state_tensors()
             if state:
                 average(self.comm, state, group)
 
     def after_step(self, step: int) -> None:
-        self.since_global += 1
-        if (step + 1) % self.p["period"] == 0:
+        local = self.group is not None and self.local_clock.tick()
+        if self.clock.tick():
             self._average(None)
-            self.since_global = 0
-        elif self.group is not None and (step + 1) % self.p["local_period"] == 0:
+        elif local:
             self._average(self.group)
 
     def finalize(self) -> None:
         """A last plain global average (no momentum extrapolation) so every rank holds the
         model that is evaluated."""
-        if self.since_global:
+        if self.clock.cut():
             self._average(None, momentum=False)
-            self.since_global = 0
 
     def metrics(self) -> dict[str, float]:
-        return {"period": self.p["period"]}
+        return {"period": self.period}

@@ -22,7 +22,6 @@ from ..errors import ConfigError
 from .base import Algorithm
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..config import Config
 
 
@@ -101,25 +100,19 @@ class LayerwiseDeferred(Algorithm):
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
         check_sgd_config(config.optimizer, cls.name)
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        check_sgd(optimizer, self.name)
-        self.modules = forward_order_modules(model)
+    def build(self) -> None:
+        """The update units and their hooks; a schedule's build() adds its buffers after this."""
+        check_sgd(self.optimizer, self.name)
+        self.modules = forward_order_modules(self.model)
         self.pending = False                 # an update waits to be applied
         self.updated: set[torch.nn.Module] = set()
         self.lrs: dict[int, float] = {}      # id(param group) -> lr of the pending update's step
-        self.build()
         for m in self.modules:
             self.hook(m.register_forward_pre_hook(self._before_module))
             for q in unit_params(m):
                 self.hook(q.register_post_accumulate_grad_hook(self._grad_ready))
-        return model
 
     # ------------------------------------------------------------------ for the schedules
-    def build(self) -> None:
-        """Create the schedule's buffers (self.modules is set)."""
-
     def gradient_ready(self, q: torch.nn.Parameter) -> None:
         """q.grad of this step is complete: start communicating it (or note it)."""
         raise NotImplementedError
@@ -164,3 +157,28 @@ class LayerwiseDeferred(Algorithm):
 
     def finalize(self) -> None:
         self.flush()
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's fields and the pending update: the modules it has not reached yet,
+        their averaged gradients (waited for) and the learning rates of its step."""
+        todo = [i for i, m in enumerate(self.modules) if self.pending and m not in self.updated]
+        grads = []
+        for i in todo:
+            self.wait_for(self.modules[i])
+            grads += [self.averaged_grad(q).clone() for q in unit_params(self.modules[i])]
+        lrs = [self.lrs[id(g)] for g in self.optimizer.param_groups] if todo else []
+        return {**super().state_dict(), "update": {"modules": todo, "grads": grads, "lrs": lrs}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the fields, then put the pending update's gradients where averaged_grad finds
+        them (the schedule counts its communication as arrived)."""
+        fields = dict(state)
+        update = fields.pop("update")
+        super().load_state_dict(fields)
+        todo = [self.modules[i] for i in update["modules"]]
+        self.pending, self.updated = bool(todo), set(self.modules) - set(todo)
+        self.lrs = {id(g): lr for g, lr in zip(self.optimizer.param_groups, update["lrs"])}
+        params = [q for m in todo for q in unit_params(m)]
+        for q, g in zip(params, update["grads"], strict=True):
+            self.averaged_grad(q).copy_(g)

@@ -41,8 +41,6 @@ down |C_s|.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..compress import ErrorFeedback
@@ -51,10 +49,6 @@ from .base import Param
 from .compression import PARAMS, SERVER, WORKER, CompressedAlgorithm
 from .flat import flatten, unflatten_into
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 LOCAL_ERROR = ("carry", "drop")
 
@@ -69,21 +63,26 @@ class LIECSGD(CompressedAlgorithm):
               "(reading A)", lambda v: v in LOCAL_ERROR, ", ".join(LOCAL_ERROR)),
     )
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
+    local_error: str
+
+    state_fields = ("server_memory", "x_global", "delta")
+    server_memory: ErrorFeedback        # e: the (replicated) server's compression error
+    x_global: torch.Tensor              # x: the global model, flat (the parameters hold x_i)
+    delta: torch.Tensor                 # delta_i: this worker's last compression error
+
+    def build(self) -> None:
+        super().build()
         self.server_memory = ErrorFeedback()
         self.x_global = flatten([p.detach() for p in self.trainable])
-        self.local_error = torch.zeros_like(self.x_global)
-        return model
+        self.delta = torch.zeros_like(self.x_global)
 
     def after_backward(self, step: int) -> None:
-        c = self.compressor
+        c = self.codec
         v_i = self.flat_grad()
-        if self.p["local_error"] == "carry":
-            v_i = v_i + self.local_error
+        if self.local_error == "carry":
+            v_i = v_i + self.delta
         payload, ctx = c.compress(v_i, self.seed(step, WORKER, c))
-        self.local_error = v_i - c.decompress(payload, ctx)
+        self.delta = v_i - c.decompress(payload, ctx)
         u = self.server_memory.compensate(average(self.comm, c, payload, ctx))
         q = c(u, self.seed(step, SERVER, c))
         self.server_memory.update(u, q)
@@ -97,7 +96,7 @@ class LIECSGD(CompressedAlgorithm):
         self.optimizer.step()
         self.x_global = flatten(params)
         lr = self.optimizer.param_groups[0]["lr"]
-        unflatten_into(self.x_global - lr * self.local_error, params)   # x_i = x - gamma * delta_i
+        unflatten_into(self.x_global - lr * self.delta, params)   # x_i = x - gamma * delta_i
 
     @torch.no_grad()
     def finalize(self) -> None:

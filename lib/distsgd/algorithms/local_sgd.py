@@ -12,17 +12,12 @@ synchronous SGD. Optimizer state (momentum buffers) stays local. Floating-point 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from .base import Algorithm, Param
 from .flat import average, averaged_tensors
+from .period import Period
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 
 @register
@@ -32,26 +27,25 @@ class LocalSGD(Algorithm):
     params = (
         Param("period", 4, "local steps between model averagings", lambda v: v >= 1, "an integer >= 1"),
     )
+    period: int
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.tensors = averaged_tensors(model)
-        self.since_average = 0
-        return model
+    state_fields = ("clock",)
+    clock: Period                       # when the next average falls (k = its length)
+
+    def build(self) -> None:
+        self.tensors: list[torch.Tensor] = averaged_tensors(self.model)
+        self.clock = Period(self.period)
 
     def average(self) -> None:
         average(self.comm, self.tensors)
-        self.since_average = 0
 
     def after_step(self, step: int) -> None:
-        self.since_average += 1
-        if (step + 1) % self.p["period"] == 0:
+        if self.clock.tick():
             self.average()
 
     def finalize(self) -> None:
-        if self.since_average:
+        if self.clock.cut():
             self.average()
 
     def metrics(self) -> dict[str, float]:
-        return {"period": self.p["period"]}
+        return {"period": self.period}

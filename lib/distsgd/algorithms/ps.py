@@ -83,16 +83,20 @@ class PS(BucketedAllReduce):
         Param("bucket_mb", 25.0, "fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
     )
 
+    servers: int
+    partition_mb: float
+    bucket_mb: float
+
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
         if params["servers"] > config.nproc:
             raise ConfigError("params.servers", params["servers"], f"0..nproc ({config.nproc})")
 
     def plan(self) -> list[Bucket]:
-        buckets = make_buckets(self.backward_order, self.p["bucket_mb"] * 2**20)
+        buckets = make_buckets(self.backward_order, self.bucket_mb * 2**20)
         p = self.comm.world_size
-        servers = self.p["servers"] or p
-        piece = int(self.p["partition_mb"] * 2**20) // self.backward_order[0].element_size()
+        servers = self.servers or p
+        piece = int(self.partition_mb * 2**20) // self.backward_order[0].element_size()
         self.ps = {id(b): _PSBucket(b, servers, p, piece) for b in buckets}
         return buckets
 

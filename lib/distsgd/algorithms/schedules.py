@@ -25,7 +25,7 @@ The schedules with tensor partition + priority (ByteScheduler) and the parameter
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import torch
 
@@ -34,20 +34,17 @@ from .buckets import Bucket, group_sizes, make_buckets
 from .registry import register
 from .ssgd import BucketedAllReduce
 
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
-
 
 @register
 class NoOverlap(BucketedAllReduce):
     name = "no_overlap"
     summary = "S-SGD without overlap: fused gradient all-reduces after backward"
     params = (Param("bucket_mb", 25.0, "fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),)
+    bucket_mb: float
     overlap = False
 
     def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, self.p["bucket_mb"] * 2**20)
+        return make_buckets(self.backward_order, self.bucket_mb * 2**20)
 
 
 @register
@@ -64,9 +61,10 @@ class TensorFusion(BucketedAllReduce):
     name = "fusion"
     summary = "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced when full"
     params = (Param("bucket_mb", 25.0, "fusion threshold in MB", lambda v: v > 0, "a number > 0"),)
+    bucket_mb: float
 
     def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, self.p["bucket_mb"] * 2**20)
+        return make_buckets(self.backward_order, self.bucket_mb * 2**20)
 
 
 # ---------------------------------------------------------------------- MG-WFBP
@@ -115,22 +113,37 @@ class MGWFBP(BucketedAllReduce):
     params = (Param("profile_steps", 3, "steps of per-tensor all-reduce whose gradient-ready times "
                     "are measured (the first is warm-up) before merging", lambda v: v >= 2, "an integer >= 2"),)
 
-    def plan(self) -> list[Bucket]:
-        self.ready_times: list[dict[torch.nn.Parameter, float]] = []   # per profiled step
+    profile_steps: int
+
+    state_fields = ("ready_times", "groups")
+    ready_times: list[dict[int, float]]     # per profiled step: backward position -> gradient-ready time
+    groups: list[int]                       # the merge plan, tensors per group ([] until merged)
+
+    def build(self) -> None:
+        super().build()
+        self.position = {p: i for i, p in enumerate(self.backward_order)}
+        self.ready_times, self.groups = [], []
         self.profiling = False
+
+    def plan(self) -> list[Bucket]:
         return make_buckets(self.backward_order, 0)             # WFBP while profiling
 
     def before_forward(self, step: int) -> None:
-        self.profiling = step < self.p["profile_steps"]
+        self.profiling = step < self.profile_steps
         if self.profiling:
             self.ready_times.append({})
-        elif step == self.p["profile_steps"]:
+        elif step == self.profile_steps:
             self.set_buckets(group_sizes(self.backward_order, self.merge()))
 
     def _grad_ready(self, p: torch.nn.Parameter) -> None:
         if self.profiling:
-            self.ready_times[-1][p] = time.perf_counter()
+            self.ready_times[-1][self.position[p]] = time.perf_counter()
         super()._grad_ready(p)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.groups:                         # merged before the checkpoint
+            self.set_buckets(group_sizes(self.backward_order, self.groups))
 
     def merge(self) -> list[int]:
         """The merge plan from the profiled steps after the first (gradient-ready times relative
@@ -138,7 +151,7 @@ class MGWFBP(BucketedAllReduce):
         rel = []
         for times in self.ready_times[1:]:
             t0 = min(times.values())
-            rel.append([times.get(p, t0) - t0 for p in self.backward_order])
+            rel.append([times.get(i, t0) - t0 for i in range(len(self.backward_order))])
         ready = self.comm.reduce_uncounted(torch.tensor(rel, dtype=torch.float64).mean(0), op="avg").tolist()
         sizes = [p.numel() * p.element_size() for p in self.backward_order]
         self.groups = mgwfbp_merge(ready, sizes, self.allreduce_cost())

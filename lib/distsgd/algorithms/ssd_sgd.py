@@ -53,10 +53,11 @@ import torch
 from ..errors import ConfigError
 from .base import Algorithm, Param
 from .flat import average, flatten, unflatten_into
+from .inflight import InFlight
+from .period import Period
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm, Handle
     from ..config import Config
 
 GLU_MODES = ("global", "dc", "none")
@@ -83,24 +84,37 @@ class SSDSGD(Algorithm):
               "false: wait for this period's pushes"),
     )
 
+    period: int
+    warmup: int
+    local_lr_scale: float
+    glu: str
+    glu_weight: float
+    dc_lambda: float
+    stale_pull: bool
+
+    state_fields = ("x_global", "velocity", "pulled", "current", "previous", "clock")
+    x_global: torch.Tensor              # x_g: the replica of the server's global model, flat
+    velocity: torch.Tensor              # v: the server's momentum buffer
+    pulled: torch.Tensor                # x_s: the last pulled model (for glu = "dc")
+    current: InFlight                   # averaged gradients pushed in this period
+    previous: InFlight                  # ... and in the last one (applied at the next pull)
+    clock: Period                       # when the next pull falls (ticked after the warm-up)
+
     @classmethod
     def check_config(cls, params: dict, config: "Config") -> None:
         if config.optimizer != "sgd":
             raise ConfigError("optimizer", config.optimizer, "sgd",
                               "ssd_sgd runs its own global (momentum SGD) and local optimizers")
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.params_ = [p for p in model.parameters() if p.requires_grad]
+    def build(self) -> None:
+        self.params_ = [p for p in self.model.parameters() if p.requires_grad]
         self.x = [p.data for p in self.params_]                       # the local model x_l
-        self.buffers = [b for b in model.buffers() if b.is_floating_point()]
-        self.x_global = flatten(self.x)                                # x_g
-        self.velocity = torch.zeros_like(self.x_global)                # v
-        self.pulled = self.x_global.clone()                            # x_s, for "dc"
-        self.current: list[tuple[torch.Tensor, Handle]] = []           # pushes of this period
-        self.previous: list[tuple[torch.Tensor, Handle]] = []          # pushes of the last period
-        return model
+        self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        self.x_global = flatten(self.x)
+        self.velocity = torch.zeros_like(self.x_global)
+        self.pulled = self.x_global.clone()
+        self.current, self.previous = InFlight(), InFlight()
+        self.clock = Period(self.period)
 
     @property
     def lr(self) -> float:
@@ -119,12 +133,11 @@ class SSDSGD(Algorithm):
 
     def _pull(self) -> None:
         """Apply the awaited pushes to x_g and overwrite the local model with it."""
-        if self.p["stale_pull"]:
-            pushes, self.previous, self.current = self.previous, self.current, []
+        if self.stale_pull:
+            pushes, self.previous, self.current = self.previous, self.current, InFlight()
         else:
-            pushes, self.current = self.current, []
-        for gbar, handle in pushes:
-            handle.wait()
+            pushes, self.current = self.current, InFlight()
+        for gbar in pushes.drain():
             self._server(gbar)
         unflatten_into(self.x_global, self.x)
         self.pulled.copy_(self.x_global)
@@ -137,11 +150,11 @@ class SSDSGD(Algorithm):
     def _local_step(self, g: torch.Tensor) -> None:
         x = flatten(self.x)
         d = g.add(x, alpha=self.config.weight_decay) if self.config.weight_decay else g
-        if self.p["glu"] == "dc":
-            d = d + self.p["dc_lambda"] * g * g * (x - self.pulled)
-        gamma_l = self.p["local_lr_scale"] * self.lr
-        if self.p["glu"] == "global":
-            beta = self.p["glu_weight"]
+        if self.glu == "dc":
+            d = d + self.dc_lambda * g * g * (x - self.pulled)
+        gamma_l = self.local_lr_scale * self.lr
+        if self.glu == "global":
+            beta = self.glu_weight
             x.add_(d, alpha=-(1 - beta) * gamma_l).add_(self.velocity, alpha=-beta * self.lr)
         else:
             x.add_(d, alpha=-gamma_l)
@@ -149,27 +162,25 @@ class SSDSGD(Algorithm):
 
     def optimizer_step(self, step: int) -> None:
         g = self._gradient()
-        if step < self.p["warmup"]:
+        if step < self.warmup:
             self.comm.all_reduce(g, op="avg")
             self._server(g)
             unflatten_into(self.x_global, self.x)
             return
         gbar = g.clone()                                               # filled in by the push
-        self.current.append((gbar, self.comm.all_reduce(gbar, op="avg", async_op=True)))
+        self.current.add(gbar, self.comm.all_reduce(gbar, op="avg", async_op=True))
         self._local_step(g)
 
     def after_step(self, step: int) -> None:
-        warm = self.p["warmup"]
-        if step >= warm and (step + 1 - warm) % self.p["period"] == 0:
+        if step >= self.warmup and self.clock.tick():
             self._pull()
 
     def finalize(self) -> None:
-        for gbar, handle in self.previous + self.current:
-            handle.wait()
-            self._server(gbar)
-        self.previous, self.current = [], []
+        for pushes in (self.previous, self.current):
+            for gbar in pushes.drain():
+                self._server(gbar)
         unflatten_into(self.x_global, self.x)
         self._average_buffers()
 
     def metrics(self) -> dict[str, float]:
-        return {"period": self.p["period"]}
+        return {"period": self.period}

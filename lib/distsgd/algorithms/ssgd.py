@@ -13,33 +13,24 @@ backpropagation); otherwise all buckets are reduced after backward.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from .base import Algorithm, Param
 from .buckets import Bucket, make_buckets
 from .registry import register
 
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
-
 
 class BucketedAllReduce(Algorithm):
     """Gradient all-reduce in buckets (planned by `plan`), launched from gradient hooks when a
     bucket is full (`overlap`) or all after backward; averaged gradients, then optimizer.step()."""
 
-    overlap = True
+    overlap: bool = True                # a parameter of ssgd; a constant of the other schedules
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.backward_order = list(reversed([p for p in model.parameters() if p.requires_grad]))
+    def build(self) -> None:
+        self.backward_order = list(reversed([p for p in self.model.parameters() if p.requires_grad]))
         self.set_buckets(self.plan())
         for p in self.backward_order:
             self.hook(p.register_post_accumulate_grad_hook(self._grad_ready))
-        return model
 
     def plan(self) -> list[Bucket]:
         raise NotImplementedError
@@ -77,10 +68,7 @@ class SSGD(BucketedAllReduce):
         Param("overlap", True, "launch each bucket's all-reduce from backward hooks as soon as it is full"),
     )
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        self.overlap = self.p["overlap"]
-        return super().setup(model, optimizer, comm, config)
+    bucket_mb: float
 
     def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, self.p["bucket_mb"] * 2**20)
+        return make_buckets(self.backward_order, self.bucket_mb * 2**20)

@@ -23,17 +23,9 @@ The current period and stage are logged as metrics.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-import torch
-
 from .base import Param
 from .local_sgd import LocalSGD
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..comm import Comm
-    from ..config import Config
 
 GROWTHS = ("iid", "noniid")
 FORMS = ("stagewise", "step")
@@ -69,33 +61,34 @@ class STLSGD(LocalSGD):
               lambda v: v in FORMS, ", ".join(FORMS)),
     )
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        model = super().setup(model, optimizer, comm, config)
-        self.stage, self.k = 0, self.p["period"]
-        self.prev_lr: float | None = None
-        return model
+    period: int
+    stage_steps: int
+    growth: str
+    form: str
+
+    state_fields = ("stage", "prev_lr")
+    stage: int                          # s, the current stage (the period k_s is clock.length)
+    prev_lr: float | None               # the last step's learning rate ("step" form: did it decay?)
+
+    def build(self) -> None:
+        super().build()
+        self.stage, self.prev_lr = 0, None
 
     def learning_rate(self, step: int, scheduled: float) -> float:
         """Also fixes this step's stage and period, before the step is taken."""
-        if self.p["form"] == "stagewise":
-            stage = stage_of(step, self.p["stage_steps"])
+        if self.form == "stagewise":
+            stage = stage_of(step, self.stage_steps)
             lr = self.config.lr / 2 ** stage
         else:                                   # a stage ends whenever the schedule decays
             lr = scheduled
             decayed = self.prev_lr is not None and lr < self.prev_lr
             stage = self.stage + int(decayed)
         self.prev_lr = lr
-        if stage != self.stage and self.since_average:
+        if stage != self.stage and self.clock.cut():
             self.average()                      # a new stage starts from the average
         self.stage = stage
-        self.k = period_for(self.p["period"], max(1.0, self.config.lr / lr), self.p["growth"])
+        self.clock.length = period_for(self.period, max(1.0, self.config.lr / lr), self.growth)
         return lr
 
-    def after_step(self, step: int) -> None:
-        self.since_average += 1
-        if self.since_average >= self.k:
-            self.average()
-
     def metrics(self) -> dict[str, float]:
-        return {"period": self.k, "stage": self.stage}
+        return {"period": self.clock.length, "stage": self.stage}

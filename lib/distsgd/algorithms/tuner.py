@@ -16,7 +16,7 @@ machine, where a sequential model-based search can be misled by one noisy window
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 
 class GridTuner:
@@ -45,6 +45,12 @@ class GridTuner:
     def best(self) -> float:
         """The fastest threshold measured so far."""
         return min(self.history, key=lambda h: h[1])[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [list(h) for h in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history = [(float(x), float(t)) for x, t in state["history"]]
 
 
 def tune_threshold(measure: Callable[[float], float], low: float, high: float,

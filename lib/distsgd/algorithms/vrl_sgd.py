@@ -51,10 +51,10 @@ import torch
 from ..errors import ConfigError
 from .base import Algorithm, Param
 from .flat import average, averaged_tensors, flatten
+from .period import Period
 from .registry import register
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..config import Config
 
 
@@ -68,6 +68,14 @@ class VRLSGD(Algorithm):
         Param("warmup", False, "VRL-SGD-W: the first period is 1 step, initialising Delta_i"),
     )
 
+    period: int
+    warmup: bool
+
+    state_fields = ("delta", "clock", "averages")
+    delta: torch.Tensor                 # Delta_i, flat in parameter order (Delta_i^0 = 0)
+    clock: Period                       # when the next average falls (1 step first with warmup)
+    averages: int                       # averages taken so far
+
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
         if config.optimizer != "sgd":
@@ -77,22 +85,18 @@ class VRLSGD(Algorithm):
             raise ConfigError("momentum", config.momentum, "0",
                               "vrl_sgd is defined for SGD without momentum")
 
-    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        super().setup(model, optimizer, comm, config)
-        self.params_ = [p for p in model.parameters()]
-        self.tensors = averaged_tensors(model)          # parameters first, then float buffers
+    def build(self) -> None:
+        self.params_ = [p for p in self.model.parameters()]
+        self.tensors = averaged_tensors(self.model)     # parameters first, then float buffers
         self.n_params = sum(p.numel() for p in self.params_)
-        self.delta = torch.zeros(self.n_params, device=comm.device)    # Delta_i, flat
-        self.delta_views: list[torch.Tensor] = []
+        self.delta = torch.zeros(self.n_params, device=self.comm.device)
+        self.delta_views: list[torch.Tensor] = []       # Delta_i shaped like each parameter
         offset = 0
         for p in self.params_:
             self.delta_views.append(self.delta[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
-        self.since_average = 0
-        self.next_average = 1 if self.p["warmup"] else self.p["period"]
+        self.clock = Period(1 if self.warmup else self.period)
         self.averages = 0
-        return model
 
     # ------------------------------------------------------------------ hooks
     def after_backward(self, step: int) -> None:
@@ -104,22 +108,21 @@ class VRLSGD(Algorithm):
                 p.grad.sub_(d)
 
     def after_step(self, step: int) -> None:
-        self.since_average += 1
-        if self.since_average == self.next_average:
-            self.average()
-            self.next_average = self.p["period"]
+        if k := self.clock.tick():
+            self.average(k)
+            self.clock.length = self.period
 
     def finalize(self) -> None:
-        if self.since_average:
-            self.average()
+        if k := self.clock.cut():
+            self.average(k)
 
-    def average(self) -> None:
-        """xbar by one all-reduce; Delta_i += (xbar - x_i) / (k gamma); x_i <- xbar."""
+    def average(self, k: int) -> None:
+        """After k local steps: xbar by one all-reduce; Delta_i += (xbar - x_i) / (k gamma);
+        x_i <- xbar."""
         local = flatten(self.tensors)[:self.n_params]        # x_i (parameters lead self.tensors)
         flat = average(self.comm, self.tensors)
         gamma = self._lr()
-        self.delta.add_(flat[:self.n_params] - local, alpha=1.0 / (self.since_average * gamma))
-        self.since_average = 0
+        self.delta.add_(flat[:self.n_params] - local, alpha=1.0 / (k * gamma))
         self.averages += 1
 
     def _lr(self) -> float:
@@ -133,14 +136,4 @@ class VRLSGD(Algorithm):
 
     # ------------------------------------------------------------------ introspection
     def metrics(self) -> dict[str, float]:
-        return {"period": self.p["period"], "delta_norm": float(self.delta.norm())}
-
-    def state_dict(self) -> dict[str, Any]:
-        """This worker's correction Delta_i (flat, parameter order) and the period position."""
-        return {"delta": self.delta.clone(), "since_average": self.since_average,
-                "next_average": self.next_average}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.delta.copy_(state["delta"])
-        self.since_average = int(state["since_average"])
-        self.next_average = int(state["next_average"])
+        return {"period": self.period, "delta_norm": float(self.delta.norm())}

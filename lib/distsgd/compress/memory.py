@@ -9,6 +9,8 @@ So after T steps, sum_t x_t = sum_t C(p_t) + e_T exactly: nothing is lost, only 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -23,3 +25,9 @@ class ErrorFeedback:
 
     def update(self, compensated: torch.Tensor, sent: torch.Tensor) -> None:
         self.error = compensated - sent
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"error": None if self.error is None else self.error.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.error = None if state["error"] is None else state["error"].clone()
