@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from distsgd import cluster, runner, train
+from distsgd import cluster, runner, worker
 from distsgd.comm import comm as comm_module
 from distsgd.config import Config
 from distsgd.data import load_data
@@ -80,9 +80,9 @@ def test_nccl_path_device_and_process_group(monkeypatch) -> None:
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    device = train.resolve_device(Config(backend="nccl"), local_rank=3)
+    device = worker.resolve_device(Config(backend="nccl"), local_rank=3)
     assert device == torch.device("cuda", 3) and chosen == [3]
-    assert train.resolve_backend(Config(), device) == "nccl"
+    assert worker.resolve_backend(Config(), device) == "nccl"
 
     calls = {}
     monkeypatch.setattr(comm_module.dist, "init_process_group", lambda **kw: calls.update(kw))

@@ -1,3 +1,4 @@
+"""`python -m distsgd`: the command line (`distsgd.cli`)."""
 import sys
 
 from .cli import main

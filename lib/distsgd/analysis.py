@@ -1,6 +1,7 @@
-"""Analysis the notebooks share: when a run first reaches a target, and the gradient diversity
-ζ² of a data split. Plain functions of a run's metrics or of a model and its data, tested in
-tests/test_analysis.py."""
+"""Analysis the notebooks share: time to a target, gradient diversity.
+
+When a run first reaches a target, and the gradient diversity ζ² of a data split: plain functions
+of a run's metrics or of a model and its data, tested in tests/test_analysis.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence

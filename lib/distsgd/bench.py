@@ -8,8 +8,8 @@ bandwidth:
   ``tc qdisc ... tbf rate B`` (a per-host link of bandwidth B; netem, for latency, is not needed:
   alpha = 0 here), the ranks reach each other over private addresses that exist only inside the
   namespaces (GLOO_SOCKET_IFNAME = the namespace's veth);
-- emulated: p local processes over loopback with ``net="B,0us"``: `Comm` delays every collective
-  to the model's cost.
+- emulated: p local processes over loopback with ``net="B,0us"`` (`distsgd.launch.on_ranks`):
+  `Comm` delays every collective to the model's cost.
 
 Both sides run the same all-reduce / reduce-scatter / all-gather sizes through `Comm` and
 report the median over repetitions of the slowest rank's time. They should agree within 15% for
@@ -168,6 +168,12 @@ def time_collectives(kinds: Sequence[str], sizes: Sequence[int], reps: int, net:
     return rows
 
 
+def _time_collectives_on_rank(rank: int, world: int, kinds: Sequence[str], sizes: Sequence[int],
+                              reps: int, net: str) -> list[dict]:
+    """`time_collectives` as a function of `distsgd.launch.on_ranks` (which sets the environment)."""
+    return time_collectives(kinds, sizes, reps, net)
+
+
 def _worker_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m distsgd.bench")
     ap.add_argument("--kinds", default=",".join(KINDS))
@@ -185,7 +191,8 @@ def _worker_main(argv: Sequence[str]) -> int:
 # --------------------------------------------------------------------------- the comparison
 
 
-def _run_ranks(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float) -> None:
+def _run_in_namespaces(commands: list[list[str]], envs: list[dict[str, str]], timeout_s: float) -> None:
+    """One rank per command, each inside its namespace, meeting over TCP across the namespaces."""
     procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for c, e in zip(commands, envs)]
     try:
@@ -200,33 +207,29 @@ def _run_ranks(commands: list[list[str]], envs: list[dict[str, str]], timeout_s:
                 proc.wait()
 
 
-def _rank_env(rank: int, p: int, addr: str, port: int, ifname: str | None) -> dict[str, str]:
-    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(p), "LOCAL_RANK": "0",
-           "MASTER_ADDR": addr, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-           # a namespace is a host with one rank; on one host all p ranks share it
-           "LOCAL_WORLD_SIZE": "1" if ifname else str(p)}
-    if ifname:
-        env["GLOO_SOCKET_IFNAME"] = ifname
-    return env
+def _namespace_rank_env(rank: int, p: int, addr: str, port: int, ifname: str) -> dict[str, str]:
+    """Rank `rank` alone on its namespace host, its gloo sockets on the namespace's veth."""
+    return {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(p), "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": ifname}
 
 
 def measure(p: int, bandwidth: str, sizes: Sequence[int], kinds: Sequence[str], reps: int,
             shaped: bool, timeout_s: float = 300) -> list[dict]:
-    """Timings over p shaped namespaces (`shaped`) or p local processes emulating `bandwidth`."""
-    from .launch import free_port
+    """Timings over p shaped namespaces (`shaped`, ranks meeting over TCP across them) or p local
+    processes emulating `bandwidth` (meeting through a file, over loopback)."""
+    if not shaped:
+        from .launch import on_ranks
 
+        return on_ranks(_time_collectives_on_rank, p, list(kinds), list(sizes), reps,
+                        f"{bandwidth},0us", timeout=timeout_s, join=None)[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
         args = [sys.executable, "-m", "distsgd.bench", "--kinds", ",".join(kinds), "--sizes",
                 ",".join(map(str, sizes)), "--reps", str(reps), "--json", str(out)]
-        if shaped:
-            with NamespaceNetwork(p, rate=bandwidth.lower()) as net:
-                envs = [_rank_env(r, p, net.addr(0), 29650, net.ifnames[r]) for r in range(p)]
-                _run_ranks([net.command(r, args) for r in range(p)], envs, timeout_s)
-        else:
-            port = free_port()
-            envs = [_rank_env(r, p, "127.0.0.1", port, None) for r in range(p)]
-            _run_ranks([args + ["--net", f"{bandwidth},0us"]] * p, envs, timeout_s)
+        with NamespaceNetwork(p, rate=bandwidth.lower()) as net:
+            envs = [_namespace_rank_env(r, p, net.addr(0), 29650, net.ifnames[r]) for r in range(p)]
+            _run_in_namespaces([net.command(r, args) for r in range(p)], envs, timeout_s)
         return json.loads(out.read_text())
 
 

@@ -1,5 +1,6 @@
-"""The schedule benchmark (`python -m distsgd bench`, without --validate-emulation; the
-emulation check lives in distsgd.bench).
+"""The schedule benchmark: iteration time of gradient-reduction schedules over models, p, networks.
+
+`python -m distsgd bench` without --validate-emulation (the emulation check lives in distsgd.bench).
 
 Iteration time and throughput of gradient-reduction schedules (``no_overlap``, ``wfbp``,
 ``fusion``, ``mgwfbp``, ``bytescheduler``, ``ps``, ``dear``, and PyTorch's ``ddp``) over models of
@@ -31,6 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from .caps import Caps
+from .launch import on_ranks
+from .step import train_step
 
 INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32)}
 MODEL_OPTIONS: dict[str, dict[str, Any]] = {
@@ -56,15 +59,10 @@ DEFAULT_CASES = [
 # ---------------------------------------------------------------------- the per-rank loop
 def train_steps(algo: Any, net: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]], start: int, steps: int) -> None:
-    """`steps` iterations of distsgd.train's loop (same hook order) on batches(step)."""
+    """`steps` iterations of a run's step (`distsgd.step.train_step`) on batches(step)."""
     for step in range(start, start + steps):
         x, y = batches(step)
-        algo.before_forward(step)
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(net(x), y).backward()
-        algo.after_backward(step)
-        algo.optimizer_step(step)
-        algo.after_step(step)
+        train_step(algo, optimizer, net, F.cross_entropy, x, y, step)
 
 
 def synthetic_batches(shape: tuple[int, ...], batch_size: int,
@@ -135,15 +133,6 @@ def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency
     return f"{bandwidth * 8 / 1e6:.4g}Mbit,{alpha * 1e6:.4g}us"
 
 
-# ---------------------------------------------------------------------- worker groups
-def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900) -> Any:
-    """fn(rank, world, *args) on `world` fresh gloo processes (`distsgd.launch.on_ranks`); rank 0's
-    return value."""
-    from .launch import on_ranks as launch_on_ranks
-
-    return launch_on_ranks(fn, world, *args, timeout=timeout)[0]
-
-
 # ---------------------------------------------------------------------- the benchmark
 def _bench_group(rank: int, world: int, models: list[str], cases: list[dict], networks: dict,
                  batch_size: int, steps: int, warmup: int, repeats: int,
@@ -199,7 +188,7 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     rows = []
     for p in nprocs:
         rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,
-                         net_reference)
+                         net_reference)[0]
     df = pd.DataFrame(rows)
     base = df[df.algo == "compute"].groupby(["model", "nproc"]).step_s.median()
     df["compute_s"] = [base[(m, p)] for m, p in zip(df.model, df.nproc)]
@@ -256,7 +245,7 @@ def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[in
     """Measured (median over `reps`, slowest rank) vs modeled time of each collective and message
     size under the in-process emulation (`Comm` with `net`); the real-network check is
     `python -m distsgd bench --validate-emulation`."""
-    df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps))
+    df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps)[0])
     df["ratio"] = df.measured_s / df.modeled_s
     return df
 
@@ -265,7 +254,7 @@ def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5) -> pd.Dat
     """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's backend
     (median over `reps`, slowest rank) per message size: the floor that network emulation can
     only add to. Columns: kind, nbytes, p, measured_s."""
-    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps)).drop(columns="modeled_s")
+    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps)[0]).drop(columns="modeled_s")
 
 
 def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0) -> pd.DataFrame:

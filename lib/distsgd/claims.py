@@ -1,5 +1,7 @@
-"""The claims table that ends every notebook: each paper claim with a test fixed before the run,
-what this run measured, and a verdict that can fail.
+"""The claims table that ends every notebook: registered tests, measurements, verdicts.
+
+Each paper claim comes with a test fixed before the run, what this run measured, and a verdict
+that can fail.
 
 A claim is *registered* before the runs (`Claims.register`): the quantity it is about, the side of
 a threshold on which it holds, and the statistic whose interval decides it (a `Test`). After the

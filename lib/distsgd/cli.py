@@ -166,15 +166,10 @@ def cmd_show(run_dir: Path) -> int:
 
 
 def cmd_worker(run_dir: Path) -> int:
-    """One rank: on any error, write the traceback where the launcher looks for it, then fail."""
-    from .train import record_error, run_worker
+    """One rank of a prepared run directory (`distsgd.worker.main`)."""
+    from .worker import main as worker_main
 
-    try:
-        run_worker(run_dir)
-    except BaseException:
-        record_error(run_dir)
-        raise
-    return 0
+    return worker_main(run_dir)
 
 
 def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:

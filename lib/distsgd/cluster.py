@@ -1,6 +1,6 @@
 """Where this process sits in a cluster job: rank, world, local rank, from torchrun or SLURM.
 
-The workers (`distsgd.train.run_worker`) read torchrun's variables: RANK, WORLD_SIZE,
+The workers (`distsgd.worker.run_worker`) read torchrun's variables: RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. torchrun sets them; a plain
 ``srun python -m distsgd train --launcher env`` (one task per GPU, no torchrun) sets only SLURM's
 own, which `from_slurm` translates:
@@ -13,7 +13,7 @@ own, which `from_slurm` translates:
 
 `launch_env` builds the environment of one rank, including the NCCL settings the project runs
 with: one process per GPU (rank `local_rank` uses ``cuda:<local_rank>``, which
-`train.resolve_device` selects with ``torch.cuda.set_device``), TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+`worker.resolve_device` selects with ``torch.cuda.set_device``), TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 (a failed or timed-out collective aborts the communicator and the process instead of hanging;
 the timeout is the run's ``timeout_s``, given to ``init_process_group`` by `Comm.from_env`) and
 NCCL_DEBUG=WARN.

@@ -1,11 +1,11 @@
 """Starting and supervising the worker processes of a run.
 
-Two ways, one code path for the workers (`distsgd.train.run_worker`, which reads the
+Two ways, one code path for the workers (`distsgd.worker.run_worker`, which reads the
 torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, and MASTER_ADDR, MASTER_PORT or a
 local rendezvous file):
 
 - spawn (a laptop, one GPU box, a notebook kernel): start `nproc` worker processes on this
-  machine, each running what `python -m distsgd worker RUN_DIR` runs (`cli.cmd_worker`) with the
+  machine, each running what `python -m distsgd worker RUN_DIR` runs (`worker.main`) with the
   torchrun variables in its environment, one intra-op thread on CPU (as torchrun sets
   OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker fails, the others are
   stopped at once and `WorkerError` names the rank and its traceback. The ranks meet through a
@@ -36,11 +36,11 @@ from pathlib import Path
 from .comm.comm import INIT_METHOD_ENV
 from .config import Config
 from .errors import ConfigError, WorkerError
-from .train import ERROR_FILE, PROGRESS_ENV
+from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, run_worker
 
-# torch._dynamo: torch.optim's first optimizer imports it (about 3 s of CPU per rank otherwise)
-PRELOAD = ["distsgd.cli", "distsgd.train", "distsgd.algorithms", "distsgd.models", "distsgd.data",
-           "torch._dynamo"]
+# distsgd.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first
+# optimizer imports it (about 3 s of CPU per rank otherwise)
+PRELOAD = ["distsgd.worker", "torch._dynamo"]
 
 
 def launcher_for(config: Config) -> str:
@@ -53,16 +53,9 @@ def launcher_for(config: Config) -> str:
 def launch(config: Config, run_dir: Path) -> None:
     """Run the workers of `config` writing into `run_dir`; raise WorkerError on failure."""
     if launcher_for(config) == "env":
-        from .train import run_worker
         run_worker(run_dir, config)
     else:
         spawn(config, run_dir)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback_interface() -> str:
@@ -220,8 +213,7 @@ def _worker(run_dir: str, env: dict[str, str], log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    from .cli import cmd_worker
-    sys.exit(cmd_worker(Path(run_dir)))
+    sys.exit(worker_main(Path(run_dir)))
 
 
 def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
@@ -229,7 +221,7 @@ def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
     if config.progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=config.steps, desc=config.run_name(), unit="step", leave=False)
-    progress = run_dir / "ranks" / "progress"
+    progress = progress_file(run_dir)
     try:
         while True:
             codes = [p.exitcode for p in procs]
@@ -260,17 +252,15 @@ def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) ->
     """The rank that failed first, the root cause; the others often fail afterwards only because
     their peer vanished. A rank killed by a signal (it could write no error file) is taken first,
     then the earliest error file."""
-    def error_file(rank: int) -> Path:
-        return run_dir / "ranks" / ERROR_FILE.format(rank=rank)
-
-    killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(r).exists()]
+    killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(run_dir, r).exists()]
     if killed:
         return killed[0]
-    return min(failed, key=lambda r: error_file(r).stat().st_mtime if error_file(r).exists() else float("inf"))
+    return min(failed, key=lambda r: error_file(run_dir, r).stat().st_mtime
+               if error_file(run_dir, r).exists() else float("inf"))
 
 
 def _cause(run_dir: Path, rank: int, code: int | None) -> str:
-    err = run_dir / "ranks" / ERROR_FILE.format(rank=rank)
+    err = error_file(run_dir, rank)
     if err.exists():
         return err.read_text()
     log = run_dir / "ranks" / f"rank{rank}.log"

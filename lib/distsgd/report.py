@@ -1,6 +1,7 @@
-"""One report of every paper's verdicts: REPORT.md and REPORT.html from the notebooks' claims
-tables (`figures/<notebook>/claims.csv`, `invariants.csv`), and the per-paper summary table the
-README shows between its `verdicts` markers (generated, never typed).
+"""One report of every paper's verdicts, from the notebooks' claims tables.
+
+REPORT.md and REPORT.html from `figures/<notebook>/claims.csv` and `invariants.csv`, and the
+per-paper summary table the README shows between its `verdicts` markers (generated, never typed).
 
     reproduce/run.py --report-only [--update-readme]   # from figures/, without running anything
     (make reproduce writes the report after executing the notebooks)

@@ -1,52 +1,29 @@
 """The per-rank training loop: data shard, model, optimizer, algorithm hooks, metrics.
 
-Every rank runs `run_worker(run_dir)`. The loop is the one in distsgd.algorithms.base:
-before_forward -> forward/backward -> after_backward -> optimizer_step -> after_step, then
-`finalize()` and a final evaluation. Each rank writes its own metrics; after a barrier rank 0
-merges them into the run directory's metrics.csv and summary.json (distsgd.results).
+`Trainer(...).train()` runs `distsgd.step.train_step` (before_forward -> forward/backward ->
+after_backward -> optimizer_step -> after_step) every step, then `finalize()` and a final
+evaluation. Each rank writes its own metrics; after a barrier rank 0 merges them into the run
+directory's metrics.csv and summary.json (distsgd.results). A rank's entry point, which joins the
+process group and builds the Trainer, is `distsgd.worker`.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import signal
 import time
-import traceback
+from functools import partial
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
 from . import results
 from .algorithms import create
-from .comm import Comm, parse_net
+from .comm import Comm
 from .config import Config
 from .data import DataSource, load_data, partition
 from .models import build_model
-
-FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:kill]": that rank raises (or dies) at that step
-PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
-ERROR_FILE = "error_rank{rank}.txt"  # a failed rank's traceback, in RUN_DIR/ranks
-
-
-def resolve_device(config: Config, local_rank: int) -> torch.device:
-    """cuda:<local_rank> when asked for (or 'auto' and CUDA is present), else cpu."""
-    want_cuda = config.device == "cuda" or (config.device == "auto" and config.backend != "gloo"
-                                            and torch.cuda.is_available())
-    if want_cuda:
-        if not torch.cuda.is_available():
-            raise RuntimeError("device=cuda but torch.cuda.is_available() is False on this host")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def resolve_backend(config: Config, device: torch.device) -> str:
-    if config.backend != "auto":
-        return config.backend
-    return "nccl" if device.type == "cuda" else "gloo"
+from .step import train_step
 
 
 def lr_at(config: Config, step: int) -> float:
@@ -96,8 +73,8 @@ def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.d
 class _Progress:
     """Rank 0's progress: a file the local launcher polls, or a tqdm bar under torchrun/srun."""
 
-    def __init__(self, run_dir: Path, total: int, enabled: bool) -> None:
-        self.file = run_dir / "ranks" / "progress" if os.environ.get(PROGRESS_ENV) == "file" else None
+    def __init__(self, file: Path | None, total: int, enabled: bool) -> None:
+        self.file = file
         self.bar = None
         self.last = 0.0
         if enabled and self.file is None:
@@ -118,10 +95,14 @@ class _Progress:
 
 
 class Trainer:
-    """One rank's training run."""
+    """One rank's training run. `progress_file`: where to write the progress for a local
+    launcher (None: a tqdm bar on rank 0); `before_step(step)`: called first in every step (the
+    worker's fault injection)."""
 
-    def __init__(self, config: Config, comm: Comm, run_dir: Path) -> None:
+    def __init__(self, config: Config, comm: Comm, run_dir: Path, progress_file: Path | None = None,
+                 before_step: Callable[[int], None] | None = None) -> None:
         self.config, self.comm, self.run_dir = config, comm, run_dir
+        self.progress_file, self.before_step = progress_file, before_step
         self.device = comm.device
         c = config
         torch.manual_seed(c.seed)          # identical model initialisation on every rank
@@ -133,7 +114,6 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, c)
         self.algo = create(c.algo, c.params)
         self.net = self.algo.setup(self.model, self.optimizer, comm, c)
-        self.fault = _parse_fault(os.environ.get(FAULT_ENV, ""), comm.rank)
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         seed = self.config.seed * 10_007 + self.comm.rank
@@ -142,28 +122,22 @@ class Trainer:
     def train(self) -> None:
         c, comm = self.config, self.comm
         rows: list[dict] = []
-        progress = _Progress(self.run_dir, c.steps, c.progress and comm.rank == 0)
+        progress = _Progress(self.progress_file, c.steps, c.progress and comm.rank == 0)
         batches = self.batches()
+        loss_of = partial(loss_fn, self.ds)
         window = torch.zeros((), device=self.device)
         window_n, eval_s = 0, 0.0
         self.net.train()
         t0 = time.perf_counter()
         for step in range(c.steps):
-            if self.fault is not None and step == self.fault[0]:
-                _inject_fault(step, self.fault[1])
+            if self.before_step is not None:
+                self.before_step(step)
             comm.step = step
             lr = self.algo.learning_rate(step, lr_at(c, step))
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             x, y = next(batches)
-            self.algo.before_forward(step)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(self.ds, self.net(x), y)
-            loss.backward()
-            self.algo.after_backward(step)
-            self.algo.optimizer_step(step)
-            self.algo.after_step(step)
-            window += loss.detach()
+            window += train_step(self.algo, self.optimizer, self.net, loss_of, x, y, step)
             window_n += 1
             done = step + 1
             if done % c.log_every == 0 or done == c.steps:
@@ -217,46 +191,3 @@ class Trainer:
                 "final_test_loss": test_loss, "final_test_acc": test_acc,
                 "train_s": train_s, **self.comm.ledger.totals()}
 
-
-def _parse_fault(spec: str, rank: int) -> tuple[int, str] | None:
-    """Fault injection for testing the failure path: DISTSGD_INJECT_FAULT=RANK:STEP[:kill]."""
-    if not spec:
-        return None
-    parts = spec.split(":")
-    if int(parts[0]) != rank:
-        return None
-    return int(parts[1]), parts[2] if len(parts) > 2 else "raise"
-
-
-def _inject_fault(step: int, how: str) -> None:
-    if how == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    raise RuntimeError(f"injected fault at step {step} ({FAULT_ENV})")
-
-
-def run_worker(run_dir: Path, config: Config | None = None) -> None:
-    """Entry point of one rank; the rank and world come from torchrun-style environment variables.
-    The config is read from the run directory unless given."""
-    if config is None:
-        config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(config, local_rank)
-    if device.type == "cpu":
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    comm = Comm.from_env(resolve_backend(config, device), device, parse_net(config.net),
-                         config.timeout_s)
-    try:
-        Trainer(config, comm, run_dir).train()
-    except BaseException:
-        record_error(run_dir)        # before the group closes and the peers fail in turn
-        raise
-    finally:
-        comm.close()
-
-
-def record_error(run_dir: Path) -> None:
-    """Write the exception being handled where the launcher looks for this rank's cause, unless
-    already written: the launcher takes the earliest error file as the root cause."""
-    path = run_dir / "ranks" / ERROR_FILE.format(rank=os.environ.get("RANK", "?"))
-    if not path.exists():
-        results.write_text_atomic(path, traceback.format_exc())

@@ -1,5 +1,6 @@
-"""Gradient compressors with declared wire formats and contraction constants, error-feedback
-memory, and their use as DDP communication hooks (see `base` for the interface)."""
+"""Gradient compressors, their error-feedback memory, and their use as DDP communication hooks.
+
+Each compressor declares its wire format and contraction constant (see `base` for the interface)."""
 from __future__ import annotations
 
 from .base import Compressor

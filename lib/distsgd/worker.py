@@ -1,0 +1,117 @@
+"""One rank's entry point: environment -> device and process group -> `train.Trainer` -> error file.
+
+Every rank runs `run_worker(run_dir)`, in place under torchrun/srun or in a process started by
+`distsgd.launch.spawn` (`main`, what `python -m distsgd worker RUN_DIR` runs). The rank and world
+come from torchrun-style environment variables. What a local launcher and its ranks exchange
+besides lives here too: a failed rank's traceback (`error_file`), rank 0's progress
+(`progress_file`, when $DISTSGD_PROGRESS=file) and the fault injection of the tests
+($DISTSGD_INJECT_FAULT).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import results
+from .comm import Comm, parse_net
+from .config import Config
+from .train import Trainer
+
+FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:kill]": that rank raises (or dies) at that step
+PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
+ERROR_FILE = "error_rank{rank}.txt"     # a failed rank's traceback, in RUN_DIR/ranks
+
+
+def error_file(run_dir: Path, rank: int | str) -> Path:
+    """Where rank `rank` leaves its traceback when it fails; the launcher reads it."""
+    return run_dir / "ranks" / ERROR_FILE.format(rank=rank)
+
+
+def progress_file(run_dir: Path) -> Path:
+    """Where the ranks write '<step> <loss>' for the launcher's progress bar."""
+    return run_dir / "ranks" / "progress"
+
+
+def resolve_device(config: Config, local_rank: int) -> torch.device:
+    """cuda:<local_rank> when asked for (or 'auto' and CUDA is present), else cpu."""
+    want_cuda = config.device == "cuda" or (config.device == "auto" and config.backend != "gloo"
+                                            and torch.cuda.is_available())
+    if want_cuda:
+        if not torch.cuda.is_available():
+            raise RuntimeError("device=cuda but torch.cuda.is_available() is False on this host")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def resolve_backend(config: Config, device: torch.device) -> str:
+    """The configured backend; 'auto': nccl on a GPU, else gloo."""
+    if config.backend != "auto":
+        return config.backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def injected_fault(rank: int) -> Callable[[int], None] | None:
+    """Fault injection for testing the failure path: with $DISTSGD_INJECT_FAULT=RANK:STEP[:kill],
+    rank RANK raises (or dies by SIGKILL) when it reaches STEP; None for every other rank."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec:
+        return None
+    parts = spec.split(":")
+    if int(parts[0]) != rank:
+        return None
+    at, how = int(parts[1]), parts[2] if len(parts) > 2 else "raise"
+
+    def fault(step: int) -> None:
+        if step != at:
+            return
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault at step {step} ({FAULT_ENV})")
+
+    return fault
+
+
+def run_worker(run_dir: Path, config: Config | None = None) -> None:
+    """One rank of the run in `run_dir`. The config is read from the run directory unless given."""
+    if config is None:
+        config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(config, local_rank)
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    comm = Comm.from_env(resolve_backend(config, device), device, parse_net(config.net),
+                         config.timeout_s)
+    try:
+        progress = progress_file(run_dir) if os.environ.get(PROGRESS_ENV) == "file" else None
+        Trainer(config, comm, run_dir, progress, injected_fault(comm.rank)).train()
+    except BaseException:
+        record_error(run_dir)        # before the group closes and the peers fail in turn
+        raise
+    finally:
+        comm.close()
+
+
+def main(run_dir: Path) -> int:
+    """`python -m distsgd worker RUN_DIR`, and a spawned rank: on any error (joining the group
+    included), write the traceback where the launcher looks for it, then fail."""
+    try:
+        run_worker(run_dir)
+    except BaseException:
+        record_error(run_dir)
+        raise
+    return 0
+
+
+def record_error(run_dir: Path) -> None:
+    """Write the exception being handled where the launcher looks for this rank's cause, unless
+    already written: the launcher takes the earliest error file as the root cause."""
+    path = error_file(run_dir, os.environ.get("RANK", "?"))
+    if not path.exists():
+        results.write_text_atomic(path, traceback.format_exc())
