@@ -1,6 +1,7 @@
 """The algorithm interface: a distributed training algorithm seen from one rank.
 
-The training loop (distsgd.train) calls, every step:
+The training step (`distsgd.step.train_step`, used by the loop, the benchmarks and the tests)
+calls, every step:
 
     algo.before_forward(step)     # e.g. apply a delayed update
     loss.backward()               # gradient hooks installed in build() may fire here
