@@ -19,8 +19,10 @@ from typing import Any, Iterator
 from .caps import Caps
 from .cluster import from_slurm, launch_env
 from .config import Config
+from .errors import DivergedError
 from .launch import launch, launcher_for
 from .paths import results_root
+from .preflight import preflight
 from .results import Result, is_finished, prepare_run_dir
 
 
@@ -47,9 +49,11 @@ def run(config: Config | None = None, *, force: bool = False, caps: Caps | None 
     within `caps` (default: `Caps.from_env()`; ignored under torchrun/srun, whose job sets the
     world).
 
-    Bad fields raise ConfigError before any process starts. A finished run with the same
-    config hash is loaded instead of recomputed unless `force`. A failing worker raises
-    WorkerError naming its rank.
+    Bad fields, and data that the config does not fit (`distsgd.preflight`), raise ConfigError
+    before any process starts. A finished run with the same config hash is loaded instead of
+    recomputed unless `force`. A failing worker raises WorkerError naming its rank; a run that
+    diverged (a NaN or infinite loss or parameter, with on_nan="stop") raises DivergedError
+    naming the step, the ranks and the quantity.
     """
     config = dataclasses.replace(config, **fields) if config is not None else Config(**fields)
     if config.launcher == "env" and "RANK" not in os.environ:   # plain srun, no torchrun
@@ -63,15 +67,27 @@ def run(config: Config | None = None, *, force: bool = False, caps: Caps | None 
         config = (Caps.from_env() if caps is None else caps).apply(config)
     config = config.validate()
     run_dir = run_dir_of(config)
+    if force or not is_finished(run_dir, config):
+        preflight(config)                           # the data: before any process or directory
     run_dir.mkdir(parents=True, exist_ok=True)
     if env_launch:
         if force or not is_finished(run_dir, config):
             if os.environ.get("RANK") == "0":
                 prepare_run_dir(run_dir, config)
             launch(config, run_dir)
-        return Result.load(run_dir)
+        return _outcome(run_dir)
     with _locked(run_dir):
         if force or not is_finished(run_dir, config):
             prepare_run_dir(run_dir, config)
             launch(config, run_dir)
-    return Result.load(run_dir)
+    return _outcome(run_dir)
+
+
+def _outcome(run_dir: Path) -> Result:
+    """The result of the run in `run_dir`, or DivergedError where it stopped at a non-finite
+    loss or parameter (on_nan="stop"; its summary records status "diverged")."""
+    result = Result.load(run_dir)
+    if result.summary["status"] == "diverged":
+        found = result.summary["nonfinite"]
+        raise DivergedError(found["step"], found["ranks"], found["quantity"])
+    return result

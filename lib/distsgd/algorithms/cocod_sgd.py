@@ -91,8 +91,7 @@ class CoCoDSGD(Algorithm):
               config: "Config") -> torch.nn.Module:
         super().setup(model, optimizer, comm, config)
         self.tensors = averaged_tensors(model)
-        self.batches = (proportional_batches(config.batch_size, self.p["batch_weights"])
-                        if self.p["batch_weights"] else [config.batch_size] * comm.world_size)
+        self.batches = self.batch_sizes(self.p, config)
         self.weight = self.batches[comm.rank] / sum(self.batches)
         speed = self.p["speeds"][comm.rank] if self.p["speeds"] else 1.0
         self.slowdown = 1 / speed - 1                   # x measured compute time
@@ -104,8 +103,11 @@ class CoCoDSGD(Algorithm):
         self.t_compute = 0.0
         return model
 
-    def batch_size(self) -> int:
-        return self.batches[self.comm.rank]
+    @classmethod
+    def batch_sizes(cls, params: dict, config: "Config") -> list[int]:
+        if params["batch_weights"]:
+            return proportional_batches(config.batch_size, params["batch_weights"])
+        return super().batch_sizes(params, config)
 
     # ------------------------------------------------------------------ emulated speed
     def before_forward(self, step: int) -> None:
