@@ -47,6 +47,12 @@ fails here. What this machine cannot provide is replaced, and only that:
 
 Exit status: 0 when every notebook ran, 1 when any notebook failed (or, with ``--list``, would
 fail parameter validation), 2 for a usage or configuration error.
+
+Interrupting (Ctrl-C, SIGTERM): the kernels and every process they started (the runs' workers)
+are stopped, the notebooks that finished and those that did not are printed (and written to
+``summary.csv``), and the exit status is 128 + the signal's number (130, 143). Running the same
+command again executes the notebooks again; each run that finished is reused from the results
+directory (`distsgd.run`), the interrupted ones are recomputed.
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ import argparse
 import csv
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -63,6 +70,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import papermill
+import psutil
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +90,47 @@ _print_lock = threading.Lock()
 
 class UsageError(Exception):
     """A usage or configuration error: reported on stderr, exit status 2."""
+
+
+class Interrupted(Exception):
+    """SIGINT (Ctrl-C) or SIGTERM arrived: raised in the main thread by `on_signal`. `run_all`
+    stops the kernels and their workers and attaches every notebook's outcome."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.outcomes: list[NotebookOutcome] = []
+
+
+def on_signal(signum: int, frame: Any) -> None:
+    """The handler of SIGINT and SIGTERM while notebooks run; later ones are ignored while the
+    batch is being stopped."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def stop_descendants(grace_s: float = 5.0) -> None:
+    """Stop every process started from this one: the kernels (papermill starts them in sessions
+    of their own, so a Ctrl-C does not reach them) are killed, which leaves them no time to log
+    their shutdown; what they started (the runs' workers) gets SIGTERM, then SIGKILL after
+    `grace_s`. The whole tree is listed before any process is signalled, so that no grandchild
+    is orphaned out of sight; a second round catches a process forked meanwhile."""
+    me = psutil.Process()
+    for _ in range(2):
+        kernels, procs = set(me.children()), me.children(recursive=True)
+        for proc in procs:
+            try:
+                proc.kill() if proc in kernels else proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=grace_s)
 
 
 def say(*parts: object, file: Any = None) -> None:
@@ -375,7 +424,12 @@ def run_all(
     kernel: str,
     log_output: bool,
 ) -> list[NotebookOutcome]:
-    """Execute the runnable plans, ``jobs`` at a time; results in notebook order."""
+    """Execute the runnable plans, ``jobs`` at a time; results in notebook order.
+
+    On `Interrupted` (SIGINT, SIGTERM): the notebooks not started are cancelled, the kernels and
+    their workers stopped (`stop_descendants`), and the exception re-raised carrying every
+    notebook's outcome: those that finished keep theirs, the others are "INTERRUPTED" (running
+    then) or "NOT STARTED"."""
     results: dict[str, NotebookOutcome] = {}
     runnable = []
     for plan in plans:
@@ -408,8 +462,19 @@ def run_all(
                 )
                 if done + jobs - 1 < total:
                     say(f"  started {runnable[done + jobs - 1].name}")
-        except KeyboardInterrupt:
+        except Interrupted as exc:
+            finished = {f for f in futures if f.done()}
             pool.shutdown(wait=False, cancel_futures=True)
+            stop_descendants()
+            for plan, future in zip(runnable, futures):
+                if plan.name in results:
+                    continue
+                if future in finished:
+                    results[plan.name] = future.result()
+                else:
+                    results[plan.name] = NotebookOutcome(
+                        plan.name, "NOT STARTED" if future.cancelled() else "INTERRUPTED")
+            exc.outcomes = [results[plan.name] for plan in plans]
             raise
     return [results[plan.name] for plan in plans]
 
@@ -502,7 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  python reproduce/run.py --only 00 --dry-run     # smoke test: tiny steps, stand-in data\n"
             "  python reproduce/run.py --profile full --only 00_baselines --jobs 1\n"
             "  sbatch reproduce/slurm/papermill.sbatch         # full profile on a SLURM GPU node\n\n"
-            "exit status: 0 all notebooks ran, 1 a notebook failed, 2 usage/configuration error"
+            "exit status: 0 all notebooks ran, 1 a notebook failed, 2 usage/configuration error,\n"
+            "  130/143 interrupted (Ctrl-C/SIGTERM: kernels and workers stopped, the notebooks\n"
+            "  finished and not finished printed; run again to continue, finished runs are reused)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -669,7 +736,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"error: {exc}", file=sys.stderr)
             return 2
     say(f"profile {profile.name}{' (dry run)' if args.dry_run else ''}: {', '.join(names)}")
-    results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output)
+    except Interrupted as exc:
+        return report_interrupted(exc, out_dir / "summary.csv")
 
     summary_csv = out_dir / "summary.csv"
     write_summary(results, summary_csv)
@@ -684,6 +756,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     say(f"all {len(results)} notebook(s) ran")
     return 0
+
+
+def report_interrupted(exc: Interrupted, summary_csv: Path) -> int:
+    """Print and save which notebooks finished and which did not; the exit status 128 + the
+    signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
+    write_summary(exc.outcomes, summary_csv)
+    say("")
+    say(summary_table(exc.outcomes))
+    done = [r.name for r in exc.outcomes if r.status not in ("INTERRUPTED", "NOT STARTED")]
+    undone = [f"{r.name} ({r.status.lower()})" for r in exc.outcomes
+              if r.status in ("INTERRUPTED", "NOT STARTED")]
+    say(f"\ninterrupted by {exc}: kernels and their workers stopped; summary: {summary_csv}", file=sys.stderr)
+    say(f"finished: {', '.join(done) or 'none'}; not finished: {', '.join(undone) or 'none'}",
+        file=sys.stderr)
+    say("running the same command again executes the notebooks again; their finished runs are "
+        "reused", file=sys.stderr)
+    return 128 + exc.signum
 
 
 if __name__ == "__main__":

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 import yaml
 
@@ -262,3 +265,39 @@ def test_set_overrides_the_notebooks_that_define_the_parameter(project: Project)
     assert proc.returncode == 2 and "--set nope: defined by none of" in proc.stderr
     proc = project.run("--list", "--set", "novalue")
     assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_kernels_and_workers_and_names_unfinished_notebooks(project, signum) -> None:
+    """Ctrl-C or SIGTERM while a notebook runs: the kernel and the process it started are
+    stopped, the finished and unfinished notebooks are named, exit status 128 + signal, no
+    traceback."""
+    for old in project.notebooks.glob("*.ipynb"):
+        old.unlink()
+    make_notebook(project.notebooks / "00_fast.ipynb", PARAMETERS, "y = x + 1")
+    make_notebook(project.notebooks / "01_slow.ipynb", PARAMETERS,
+                  "import subprocess, time\nworker = subprocess.Popen(['sleep', '300'])\ntime.sleep(300)")
+    make_notebook(project.notebooks / "02_later.ipynb", PARAMETERS, "y = x")
+    project.profile("test", {})
+    cmd = [sys.executable, str(RUN_PY), "--profile", "test", "--notebooks-dir", str(project.notebooks),
+           "--profiles-dir", str(project.profiles), "--figures-dir", str(project.figures),
+           "--out", str(project.out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        driver = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while not any(p.name() == "sleep" for p in driver.children(recursive=True)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        tree = driver.children(recursive=True)           # the kernel and the notebook's worker
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out, err
+    assert "finished: 00_fast; not finished: 01_slow (interrupted), 02_later (not started)" in err
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    rows = project.summary()
+    assert rows["00_fast"]["status"] == "ok" and rows["01_slow"]["status"] == "INTERRUPTED"

@@ -7,9 +7,9 @@
 """
 from .caps import Caps
 from .config import Config
-from .errors import ConfigError, WorkerError
+from .errors import ConfigError, DivergedError, WorkerError
 from .results import Result
 from .runner import run
 
-__all__ = ["Caps", "Config", "ConfigError", "WorkerError", "Result", "run"]
+__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "run"]
 __version__ = "0.1.0"

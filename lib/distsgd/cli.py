@@ -111,6 +111,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .results import finite_or_null
     from .runner import run
 
     config = config_from_args(args)
@@ -118,7 +119,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = run(config, force=args.force, reuse_stale=args.reuse_stale)
     if os.environ.get("RANK", "0") == "0":        # under torchrun, only rank 0 reports
         if args.json:
-            print(json.dumps(result.summary, indent=2, default=str))
+            print(json.dumps(finite_or_null(result.summary), indent=2, default=str, allow_nan=False))
         else:
             _print_summary(result.path, result.summary)
             print(f"({time.perf_counter() - t0:.1f} s including start-up)")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .errors import ConfigError
 
@@ -18,8 +19,11 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step")
 LAUNCHERS = ("auto", "spawn", "env")
+ON_NAN = ("stop", "continue")
 
-# Fields that do not change what a run computes, so they are left out of the hash.
+# Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
+# hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
+# run finished with on_nan="continue" must not stand for one asked to stop at a NaN.
 _NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name")
 
 
@@ -77,6 +81,9 @@ class Config:
     eval_samples: int = _field(2048, "samples of each evaluation")
     eval_train: bool = _field(False, "also log the training objective (loss + weight_decay/2 |x|^2) "
                                      "at evaluations")
+    on_nan: str = _field("stop", "when a loss or parameter turns NaN or infinite (checked at each log "
+                                 "step): stop the run, which fails with status 'diverged', or continue",
+                         choices=ON_NAN)
     timeout_s: float = _field(300.0, "seconds a collective may wait for a peer before the run fails",
                               flag="--timeout")
     progress: bool = _field(True, "show a progress bar")
@@ -96,6 +103,8 @@ class Config:
 
         if self.algo not in algorithms.REGISTRY:
             raise ConfigError("algo", self.algo, sorted(algorithms.REGISTRY))
+        for name in ("params", "model_options", "data_options"):
+            _check_finite(name, getattr(self, name))
         data.check_options(self.data, self.data_options)
         models.check_options(self.model, self.model_options)
         data.parse_partition(self.partition)
@@ -107,14 +116,10 @@ class Config:
         _check_int("eval_every", self.eval_every, 0)
         _check_int("eval_samples", self.eval_samples, 1)
         _check_int("seed", self.seed, 0)
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ConfigError("lr", self.lr, "a number > 0")
-        if not (0 <= self.momentum < 1):
-            raise ConfigError("momentum", self.momentum, "0 <= momentum < 1")
-        if self.weight_decay < 0:
-            raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
-        if self.timeout_s <= 0:
-            raise ConfigError("timeout_s", self.timeout_s, "a number of seconds > 0")
+        _check_number("lr", self.lr, lambda v: v > 0, "a finite number > 0")
+        _check_number("momentum", self.momentum, lambda v: 0 <= v < 1, "0 <= momentum < 1")
+        _check_number("weight_decay", self.weight_decay, lambda v: v >= 0, "a finite number >= 0")
+        _check_number("timeout_s", self.timeout_s, lambda v: v > 0, "a finite number of seconds > 0")
         for f in dataclasses.fields(self):
             if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
                 raise ConfigError(f.name, getattr(self, f.name), f.metadata["choices"])
@@ -172,6 +177,22 @@ def parse_assignments(items: list[str], field_name: str = "params") -> dict[str,
             raise ConfigError(field_name, item, "KEY=VALUE")
         out[key.strip()] = parse_value(value.strip())
     return out
+
+
+def _check_number(name: str, value: Any, ok: Callable[[float], bool], allowed: str) -> None:
+    """A field that must be a finite number (not a bool) for which `ok` holds."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not ok(value)):
+        raise ConfigError(name, value, allowed)
+
+
+def _check_finite(name: str, value: Any) -> None:
+    """No NaN or infinity anywhere in an option dict (nested dicts and lists included)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(name, value, "a finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_finite(f"{name}.{key}" if isinstance(value, dict) else f"{name}[{key}]", item)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

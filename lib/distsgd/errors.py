@@ -28,3 +28,16 @@ class WorkerError(RuntimeError):
     def __init__(self, rank: int, cause: str) -> None:
         self.rank, self.cause = rank, cause
         super().__init__(f"worker rank {rank} failed:\n{cause}")
+
+
+class DivergedError(WorkerError):
+    """Training diverged: a non-finite loss or parameter at `step` on `ranks` (the first of
+    them is `rank`), found by the divergence check of every log step (`distsgd.divergence`)."""
+
+    def __init__(self, step: int, ranks: list[int], quantity: str) -> None:
+        self.step, self.ranks, self.quantity = step, ranks, quantity
+        self.rank = ranks[0]
+        where = f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+        self.cause = (f"training diverged: non-finite {quantity} at step {step} on {where} "
+                      f"(on_nan=stop; on_nan=continue trains on)")
+        RuntimeError.__init__(self, self.cause)     # no worker failed: the message is the cause

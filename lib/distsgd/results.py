@@ -6,8 +6,10 @@ A run directory `<results>/<name>-<hash>/` holds
     env.json       versions, git commit, the library's code version, host, devices
     metrics.csv    one row per logged step, ranks merged: counts summed over ranks, losses and
                    accuracies averaged over ranks, wall_s the slowest rank's
-    summary.json   final evaluation and totals, the config hash and code version that made them;
-                   written last, so its presence means "finished"
+    summary.json   final evaluation and totals, the config hash and code version that made them,
+                   the status ("finished", or "diverged" at the step recorded in "nonfinite");
+                   written last. Strict JSON: a NaN or infinity is written as null (read back
+                   as NaN by `read_summary`)
     comm.csv       every collective of every rank (the ledger), for systems analysis
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import socket
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from .comm.ledger import Ledger
@@ -34,6 +38,8 @@ from .config import Config
 
 if TYPE_CHECKING:
     import torch
+
+    from .divergence import NonFinite
 
 SUMMED = ("comm_bytes", "collectives", "global_reductions", "local_reductions")
 
@@ -52,7 +58,26 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    """`obj` as strict JSON: a NaN or an infinity (a diverged run's loss) is written as null."""
+    text = json.dumps(finite_or_null(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n")
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A summary written by `write_json_atomic` (a run's, or a rank's final metrics): its
+    top-level nulls, which are NaNs (e.g. the test accuracy of a regression), read back as NaN."""
+    return {k: math.nan if v is None else v for k, v in json.loads(path.read_text()).items()}
+
+
+def finite_or_null(obj: Any) -> Any:
+    """`obj` with every non-finite float, in any nested dict, list or tuple, replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
 
 
 def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
@@ -154,8 +179,11 @@ def load_tensors(path: Path | str) -> dict[str, "torch.Tensor"]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
-    """Rank 0, after the final barrier: merge per-rank outputs into the run's files."""
+def merge_ranks(run_dir: Path, world_size: int, config: Config,
+                nonfinite: "NonFinite | None" = None) -> None:
+    """Rank 0, after the final barrier: merge per-rank outputs into the run's files. `nonfinite`:
+    the run's first non-finite value (`distsgd.divergence`); the summary records it, and the
+    status "diverged" where the run stopped there (on_nan="stop")."""
     ranks = run_dir / "ranks"
     per_rank = [pd.read_csv(ranks / f"metrics_rank{r}.csv") for r in range(world_size)]
     stacked = pd.concat(per_rank, keys=range(world_size), names=["rank", "row"])
@@ -168,21 +196,25 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config) -> None:
         merged[col] = per_rank[0].set_index("step")[col]
     merged = merged.reset_index()
 
-    finals = [json.loads((ranks / f"final_rank{r}.json").read_text()) for r in range(world_size)]
+    finals = [read_summary(ranks / f"final_rank{r}.json") for r in range(world_size)]
     summary: dict[str, Any] = {k: sum(f[k] for f in finals) / world_size for k in finals[0]}
     for col in SUMMED:
         summary[col] = sum(f[col] for f in finals)
     summary["train_s"] = max(f["train_s"] for f in finals)
+    stopped = nonfinite is not None and config.on_nan == "stop"
+    done = int(merged["step"].iloc[-1])             # config.steps unless the run diverged
     summary.update({
-        "status": "finished", "config_hash": config.hash(), "code_version": code_version(),
+        "status": "diverged" if stopped else "finished",
+        "config_hash": config.hash(), "code_version": code_version(),
         "algo": config.algo,
-        "params": config.params, "nproc": world_size, "steps": config.steps,
-        "step_time_s": summary["train_s"] / config.steps,
+        "params": config.params, "nproc": world_size, "steps": done,
+        "step_time_s": summary["train_s"] / done,
         "throughput_samples_s": float(merged["samples"].iloc[-1]) / summary["train_s"],
-        "bytes_per_step": summary["comm_bytes"] / config.steps,
-        "max_rank_spread_final_train_loss": max(f["final_train_loss"] for f in finals)
-        - min(f["final_train_loss"] for f in finals),
+        "bytes_per_step": summary["comm_bytes"] / done,
+        "max_rank_spread_final_train_loss": float(np.ptp([f["final_train_loss"] for f in finals])),
     })
+    if nonfinite is not None:
+        summary["nonfinite"] = nonfinite.to_dict()
     comm = pd.concat([pd.read_csv(ranks / f"comm_rank{r}.csv").assign(rank=r)
                       for r in range(world_size)], ignore_index=True)
     write_csv_atomic(run_dir / "comm.csv", comm)
@@ -203,7 +235,7 @@ class Result:
     def load(cls, path: Path | str) -> "Result":
         path = Path(path)
         config = Config.from_dict(json.loads((path / "config.json").read_text()))
-        return cls(path, config, json.loads((path / "summary.json").read_text()),
+        return cls(path, config, read_summary(path / "summary.json"),
                    pd.read_csv(path / "metrics.csv"))
 
     @property

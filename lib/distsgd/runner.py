@@ -20,8 +20,10 @@ from typing import Any, Iterator
 from .caps import Caps
 from .cluster import from_slurm, launch_env
 from .config import Config
+from .errors import DivergedError
 from .launch import launch, launcher_for
 from .paths import results_root
+from .preflight import preflight
 from .results import Result, code_version, finished_code_version, prepare_run_dir
 
 
@@ -42,10 +44,11 @@ def _locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _must_compute(run_dir: Path, config: Config, force: bool, reuse_stale: bool) -> bool:
+def _must_compute(run_dir: Path, config: Config, force: bool, reuse_stale: bool,
+                  quiet: bool = False) -> bool:
     """Whether `run` computes `config` in `run_dir`: unless `force`, a finished run of the same
     config made by the same code version is reused; one made by other code is recomputed, and
-    said so, unless `reuse_stale`."""
+    said so (unless `quiet`), unless `reuse_stale`."""
     if force:
         return True
     made_by = finished_code_version(run_dir, config)
@@ -53,9 +56,10 @@ def _must_compute(run_dir: Path, config: Config, force: bool, reuse_stale: bool)
         return True
     if made_by == code_version() or reuse_stale:
         return False
-    print(f"distsgd: recomputing {run_dir.name}: its result was made by code version {made_by}, "
-          f"the library is now {code_version()} (reuse_stale=True, or --reuse-stale, keeps it)",
-          file=sys.stderr, flush=True)
+    if not quiet:
+        print(f"distsgd: recomputing {run_dir.name}: its result was made by code version {made_by}, "
+              f"the library is now {code_version()} (reuse_stale=True, or --reuse-stale, keeps it)",
+              file=sys.stderr, flush=True)
     return True
 
 
@@ -65,10 +69,12 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     within `caps` (default: `Caps.from_env()`; ignored under torchrun/srun, whose job sets the
     world).
 
-    Bad fields raise ConfigError before any process starts. A finished run with the same
-    config hash, made by the same code version, is loaded instead of recomputed unless `force`;
-    one made by other code (the library was edited since) is recomputed unless `reuse_stale`.
-    A failing worker raises WorkerError naming its rank.
+    Bad fields, and data that the config does not fit (`distsgd.preflight`), raise ConfigError
+    before any process starts. A finished run with the same config hash, made by the same code
+    version, is loaded instead of recomputed unless `force`; one made by other code (the library
+    was edited since) is recomputed unless `reuse_stale`. A failing worker raises WorkerError
+    naming its rank; a run that diverged (a NaN or infinite loss or parameter, with
+    on_nan="stop") raises DivergedError naming the step, the ranks and the quantity.
     """
     config = dataclasses.replace(config, **fields) if config is not None else Config(**fields)
     if config.launcher == "env" and "RANK" not in os.environ:   # plain srun, no torchrun
@@ -82,15 +88,27 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
         config = (Caps.from_env() if caps is None else caps).apply(config)
     config = config.validate()
     run_dir = run_dir_of(config)
+    if _must_compute(run_dir, config, force, reuse_stale, quiet=True):
+        preflight(config)                           # the data: before any process or directory
     run_dir.mkdir(parents=True, exist_ok=True)
     if env_launch:
         if _must_compute(run_dir, config, force, reuse_stale):
             if os.environ.get("RANK") == "0":
                 prepare_run_dir(run_dir, config)
             launch(config, run_dir)
-        return Result.load(run_dir)
+        return _outcome(run_dir)
     with _locked(run_dir):
         if _must_compute(run_dir, config, force, reuse_stale):
             prepare_run_dir(run_dir, config)
             launch(config, run_dir)
-    return Result.load(run_dir)
+    return _outcome(run_dir)
+
+
+def _outcome(run_dir: Path) -> Result:
+    """The result of the run in `run_dir`, or DivergedError where it stopped at a non-finite
+    loss or parameter (on_nan="stop"; its summary records status "diverged")."""
+    result = Result.load(run_dir)
+    if result.summary["status"] == "diverged":
+        found = result.summary["nonfinite"]
+        raise DivergedError(found["step"], found["ranks"], found["quantity"])
+    return result

@@ -22,6 +22,7 @@ from .algorithms import create
 from .comm import Comm
 from .config import Config
 from .data import DataSource, load_data, partition
+from .divergence import DivergenceCheck
 from .models import build_model
 from .step import train_step
 
@@ -127,6 +128,7 @@ class Trainer:
         loss_of = partial(loss_fn, self.ds)
         window = torch.zeros((), device=self.device)
         window_n, eval_s = 0, 0.0
+        divergence = DivergenceCheck(self.model, comm, c.on_nan)
         self.net.train()
         t0 = time.perf_counter()
         for step in range(c.steps):
@@ -158,10 +160,14 @@ class Trainer:
                     eval_s += time.perf_counter() - te
                 rows.append(row)
                 progress.update(done, row["train_loss"])
+                stop = divergence.check(done, window)
                 window.zero_()
                 window_n = 0
-        self.algo.finalize()
-        comm.assert_drained()
+                if stop:                    # every rank stops at this step (distsgd.divergence)
+                    break
+        if not divergence.stopped:          # a diverged model is evaluated as it is
+            self.algo.finalize()
+            comm.assert_drained()
         train_s = time.perf_counter() - t0 - eval_s
         progress.close()
         final = self.final_metrics(train_s)
@@ -169,7 +175,7 @@ class Trainer:
         comm.barrier()
         if comm.rank == 0:
             results.save_model(self.run_dir, self.model)
-            results.merge_ranks(self.run_dir, comm.world_size, c)
+            results.merge_ranks(self.run_dir, comm.world_size, c, divergence.found)
         comm.barrier()                      # every rank may now read the merged result
 
     def objective(self) -> float:

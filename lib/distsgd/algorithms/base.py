@@ -125,11 +125,21 @@ class Algorithm:
         own the schedule (stagewise methods) override this."""
         return scheduled
 
-    def batch_size(self) -> int:
-        """This rank's mini-batch size, asked once after setup(). Default: config.batch_size on
+    @classmethod
+    def batch_sizes(cls, params: dict[str, Any], config: "Config") -> list[int]:
+        """Every rank's mini-batch size under `params` (also checked against the ranks' shares of
+        the data before any process starts, `distsgd.preflight`). Default: config.batch_size on
         every rank; an algorithm with per-rank batch sizes (CoCoD-SGD's proportional sampling
         for heterogeneous workers) overrides it."""
-        return self.config.batch_size
+        return [config.batch_size] * config.nproc
+
+    def batch_size(self) -> int:
+        """This rank's mini-batch size, asked once after setup()."""
+        return self.batch_sizes(self.param_values(), self.config)[self.comm.rank]
+
+    def param_values(self) -> dict[str, Any]:
+        """The resolved parameters, by name (the typed attributes as a dict)."""
+        return {p.name: getattr(self, p.name) for p in self.params}
 
     def before_forward(self, step: int) -> None:
         pass

@@ -100,9 +100,8 @@ class CoCoDSGD(Algorithm):
 
     def build(self) -> None:
         self.tensors = averaged_tensors(self.model)
-        rank, world = self.comm.rank, self.comm.world_size
-        self.batches = (proportional_batches(self.config.batch_size, self.batch_weights)
-                        if self.batch_weights else [self.config.batch_size] * world)
+        rank = self.comm.rank
+        self.batches = self.batch_sizes(self.param_values(), self.config)
         self.weight = self.batches[rank] / sum(self.batches)    # w_i
         speed = self.speeds[rank] if self.speeds else 1.0
         self.slowdown = 1 / speed - 1                   # x measured compute time
@@ -113,8 +112,11 @@ class CoCoDSGD(Algorithm):
         self.clock = Period(self.period)
         self.t_compute = 0.0
 
-    def batch_size(self) -> int:
-        return self.batches[self.comm.rank]
+    @classmethod
+    def batch_sizes(cls, params: dict, config: "Config") -> list[int]:
+        if params["batch_weights"]:
+            return proportional_batches(config.batch_size, params["batch_weights"])
+        return super().batch_sizes(params, config)
 
     # ------------------------------------------------------------------ emulated speed
     def before_forward(self, step: int) -> None:

@@ -18,8 +18,9 @@ Datasets and their options:
 File-based datasets (CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
 only CIFAR can be downloaded (`download=True`). Neither applies to the other datasets.
 
-`check_options` validates a dataset name, and a synthetic problem's options, before any process
-starts.
+`check_options` validates a dataset name, and a synthetic problem's options, in
+`Config.validate`; `check_available` checks every dataset's options and files in the pre-flight
+of a run (`distsgd.preflight`). Both run before any process starts.
 """
 from __future__ import annotations
 
@@ -27,14 +28,17 @@ import importlib
 import inspect
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+from torch import Tensor
 
 from ..errors import ConfigError
 from ..paths import data_root
 from .base import DataSource, TensorSource
 from .partition import PARTITIONS, parse_partition, partition
 
-__all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "check_options", "load_data",
+__all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "check_available",
+           "check_options", "load_data",
            "loader_module", "parse_partition", "partition"]
 
 # name -> (module, loader function, leading positional arguments). Modules are imported only
@@ -62,9 +66,6 @@ def _loader(name: str) -> Callable[..., DataSource]:
     fn = getattr(importlib.import_module(loader_module(name)), function)
     return partial(fn, *args) if args else fn
 
-# Arguments `load_data` supplies itself; every other parameter of a loader is a data option.
-_LOCATION_ARGS = ("root", "download")
-
 
 def load_data(name: str, *, root: str | Path | None = None, download: bool = False,
               seed: int = 0, **options: Any) -> DataSource:
@@ -77,30 +78,66 @@ def load_data(name: str, *, root: str | Path | None = None, download: bool = Fal
         seed: the run seed. No built-in dataset depends on it: splits and synthetic problems
             are fixed (synthetic ones by the option `data_seed`) so that every run of a
             comparison sees the same data; batch order is seeded in `train_batches`.
-        options: dataset options; an unknown one raises ConfigError.
+        options: dataset options; an unknown one (root or download too, for a dataset that
+            does not take them) raises ConfigError.
     """
     if name not in _LOADERS:
         raise ConfigError("data", name, DATASETS)
-    loader = _loader(name)
-    params = inspect.signature(loader).parameters
-    allowed = [p for p in params if p not in _LOCATION_ARGS]
+    _check_option_names(name, [*options, *["root"] * (root is not None), *["download"] * download])
+    params = inspect.signature(_loader(name)).parameters
+    if "root" in params:
+        options["root"] = _root(name, root)
+    if "download" in params:
+        options["download"] = download
+    return _loader(name)(**options)
+
+
+def _root(name: str, root: str | Path | None) -> Path:
+    return Path(root) if root is not None else data_root() / name
+
+
+def _check_option_names(name: str, options: Iterable[str]) -> None:
+    """Raise ConfigError for an option that dataset `name` does not take: the parameters of its
+    loader are its options (root and download only for the file-based datasets that have them)."""
+    allowed = list(inspect.signature(_loader(name)).parameters)
     for key in options:
         if key not in allowed:
             raise ConfigError("data_options", key, allowed or "no options",
                               f"not an option of dataset {name}")
-    if "root" in params:
-        options["root"] = Path(root) if root is not None else data_root() / name
-    if "download" in params:
-        options["download"] = download
-    return loader(**options)
 
 
 def check_options(name: str, options: dict[str, Any]) -> None:
     """Raise ConfigError for an unknown dataset and, for a synthetic problem, for an unknown
     option or a bad value: synthetic problems take milliseconds to generate, so they are built
-    here, before any process starts. Other datasets check their options when a worker loads
-    them (their modules import torchvision, which takes seconds)."""
+    here, in `Config.validate`. Other datasets check their options in `check_available`, the
+    pre-flight of a run about to start (their modules import torchvision, which takes seconds)."""
     if name not in _LOADERS:
         raise ConfigError("data", name, DATASETS)
     if name.startswith("synthetic-"):
         load_data(name, **options)
+
+
+def check_available(name: str, options: dict[str, Any]) -> Tensor | None:
+    """What a worker's ``load_data(name, **options)`` would refuse, found without reading a
+    sample: an option the dataset does not take or a bad option value, and for a file-based
+    dataset, files or folders missing from where they are searched (ConfigError naming
+    ``data`` or ``data_options.root``, with the path searched and what was expected there; a
+    file-based dataset's module checks that in its `check`, which takes its loader's arguments).
+
+    Returns the training labels of an in-memory dataset (built in milliseconds), None for a
+    file-based one (its labels are read with its images)."""
+    _check_option_names(name, options)
+    if "root" not in inspect.signature(_loader(name)).parameters:
+        return load_data(name, **options).train_labels
+    check = importlib.import_module(loader_module(name)).check
+    root = _root(name, options.get("root"))
+    try:
+        check(*_LOADERS[name][2], **{**options, "root": root})
+    except ConfigError:
+        raise
+    except (FileNotFoundError, ValueError) as exc:              # missing or malformed files
+        if "root" in options:
+            raise ConfigError("data_options.root", str(root), "a folder holding the dataset",
+                              str(exc)) from None
+        raise ConfigError("data", name, "a dataset whose files are in place", str(exc)) from None
+    return None

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torchvision.datasets import CIFAR10, CIFAR100
 
+from ..errors import ConfigError
 from .base import TensorSource
 
 PAD = 4
@@ -69,14 +70,33 @@ def load(name: str, root: Path, download: bool = False, verify: bool = True) -> 
     Raises FileNotFoundError naming the expected location when the files are missing and
     `download` is False.
     """
+    check(name, root, download, verify)
     cls = TORCHVISION_CLASS[name]
     if not verify or os.environ.get(VERIFY_ENV) == "0":
         cls = _existence_checked(cls)
-    if not download:
-        _require_files(name, cls, root)
     train = cls(str(root), train=True, download=download)
     test = cls(str(root), train=False)
     return CifarSource(name, _as_tensors(train), _as_tensors(test))
+
+
+def check(name: str, root: Path, download: bool = False, verify: bool = True) -> None:
+    """What `load` refuses before reading a file: options that are not true/false
+    (ConfigError), and, unless `download`, release files missing under `root`
+    (FileNotFoundError listing them, the folder searched and how to get them)."""
+    for option, value in (("download", download), ("verify", verify)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"data_options.{option}", value, "true, false")
+    if download:
+        return
+    cls = TORCHVISION_CLASS[name]
+    folder = root / cls.base_folder
+    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{name} not found: expected {', '.join(missing)} in {folder}. Pass "
+            f"download=True (data option download=true) to fetch it there, or set DISTSGD_DATA "
+            f"to a directory whose {name}/{cls.base_folder} holds the files.")
 
 
 def _as_tensors(ds: CIFAR10) -> tuple[Tensor, Tensor]:
@@ -92,15 +112,3 @@ def _existence_checked(cls: type[CIFAR10]) -> type[CIFAR10]:
         "test_list": [[fname, None] for fname, _ in cls.test_list],
         "meta": {**cls.meta, "md5": None},
     })
-
-
-def _require_files(name: str, cls: type[CIFAR10], root: Path) -> None:
-    """Raise FileNotFoundError listing the release files missing under `root`."""
-    folder = root / cls.base_folder
-    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    missing = [n for n in names if not (folder / n).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"{name} not found: expected {', '.join(missing)} in {folder}. Pass "
-            f"download=True (data option download=true) to fetch it there, or set DISTSGD_DATA "
-            f"to a directory whose {name}/{cls.base_folder} holds the files.")

@@ -36,9 +36,7 @@ class ImageFolderSource(DataSource):
     """
 
     def __init__(self, name: str, root: Path, image_size: int, num_workers: int) -> None:
-        folders = {split: _image_folder(root / split) for split in ("train", "val")}
-        if folders["train"].classes != folders["val"].classes:
-            raise ValueError(f"the class folders of {root / 'train'} and {root / 'val'} differ")
+        folders = {split: ImageFolder(str(root / split)) for split in ("train", "val")}
         self.name, self.task = name, "classification"
         self.num_classes = len(folders["train"].classes)
         self.input_shape = (3, image_size, image_size)
@@ -118,17 +116,27 @@ class _EpochBatches:
                 yield pairs[start:start + self.batch_size]
 
 
-def _image_folder(path: Path) -> ImageFolder:
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"image folder {path} not found: expected <class>/<image> folders under "
-            f"{path.parent}/train and {path.parent}/val. Pass root=... (data option root) or "
-            f"set DISTSGD_DATA to a directory whose imagenet/ holds train/ and val/.")
-    return ImageFolder(str(path))
-
-
 def load(root: Path, image_size: int = 224, num_workers: int = 0) -> ImageFolderSource:
     """ImageNet from `root` (``root/train``, ``root/val``)."""
+    check(root, image_size, num_workers)
+    return ImageFolderSource("imagenet", root, image_size, num_workers)
+
+
+def check(root: Path, image_size: int = 224, num_workers: int = 0) -> None:
+    """What `load` refuses before reading an image: bad option values (ConfigError), a missing
+    train/ or val/ folder, one without class folders (FileNotFoundError naming the folder and
+    the layout expected), or class folders that differ between the two (ValueError)."""
     check_int("image_size", image_size, 1)
     check_int("num_workers", num_workers, 0)
-    return ImageFolderSource("imagenet", root, image_size, num_workers)
+    classes = {}
+    for split in ("train", "val"):
+        path = root / split
+        classes[split] = sorted(d.name for d in path.iterdir() if d.is_dir()) if path.is_dir() else []
+        if not classes[split]:
+            raise FileNotFoundError(
+                f"image folder {path} {'has no class folders' if path.is_dir() else 'not found'}: "
+                f"expected <class>/<image> folders under {root}/train and {root}/val. Pass "
+                f"root=... (data option root) or set DISTSGD_DATA to a directory whose imagenet/ "
+                f"holds train/ and val/.")
+    if classes["train"] != classes["val"]:
+        raise ValueError(f"the class folders of {root / 'train'} and {root / 'val'} differ")
