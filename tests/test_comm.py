@@ -158,3 +158,29 @@ def _leak(rank, world):
 def test_unwaited_handle_is_detected():
     for pending, raised in run_ranks(_leak, 2):
         assert pending == 1 and raised
+
+
+def _agree_beside_an_inflight_collective(rank, world):
+    """Rank 0 has a model all-reduce in flight when it agrees; rank 1 agrees first and issues
+    its all-reduce only afterwards. On a control group of its own the agreement completes; on
+    the data plane's group it would be paired with the model all-reduce and fail."""
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=20)
+    model = torch.ones(1000)
+    flag = torch.tensor([float(rank)])
+    if rank == 0:
+        h = comm.all_reduce(model, async_op=True)
+        comm.agree(flag, op="max")
+    else:
+        comm.agree(flag, op="max")
+        h = comm.all_reduce(model, async_op=True)
+    h.wait()
+    ok = flag.item() == world - 1 and model[0].item() == world and len(comm.ledger.entries) == 1
+    comm.close()
+    return ok
+
+
+@pytest.mark.multiproc
+def test_agreement_does_not_queue_behind_the_data_plane():
+    assert all(run_ranks(_agree_beside_an_inflight_collective, 2, timeout=60))

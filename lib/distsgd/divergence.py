@@ -3,7 +3,8 @@
 At every log step each rank looks at two things it already has: the sum of its training losses
 since the previous log step (the loop's window; a NaN or infinity in any step's loss makes the
 sum non-finite) and its model parameters (`torch.isfinite`, one pass over them). The ranks then
-agree through one uncounted all-reduce (`Comm.reduce_uncounted`, MAX) of a vector with one code
+agree through one uncounted all-reduce (`Comm.agree`, MAX, on a control group that does not wait
+for the algorithm's in-flight collectives) of a vector with one code
 per rank: 0 when finite, 1 for the loss, 2 + i for the i-th parameter. Every rank so learns at
 the same step which ranks diverged and in what, and all of them stop together (no rank is left
 waiting in a collective).
@@ -67,7 +68,7 @@ class DivergenceCheck:
         codes = torch.zeros(self.comm.world_size, dtype=torch.float64, device=finite.device)
         if len(bad):
             codes[self.comm.rank] = 1 + int(bad[0])
-        self.comm.reduce_uncounted(codes, op="max")
+        self.comm.agree(codes, op="max")
         ranks = codes.nonzero().flatten().tolist()
         if ranks:
             code = int(codes[ranks[0]]) - 1

@@ -100,6 +100,7 @@ class Comm:
         self._pending: set[Handle] = set()
         self._lock = threading.Lock()
         self._ring = RingReducer() if ring_reduce_scatter else None   # see reduce_scatter
+        self._control: "dist.ProcessGroup | None" = None   # see agree
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -223,6 +224,22 @@ class Comm:
         dist.all_reduce(tensor, op=_OPS[op])
         if op == "avg":
             tensor.div_(self.world_size)
+        return tensor
+
+    def agree(self, tensor: torch.Tensor, op: str = "max") -> torch.Tensor:
+        """In-place all-reduce (op 'max' or 'sum') of a small bookkeeping tensor on a control
+        group of its own (gloo, through the CPU). Unlike `reduce_uncounted` it does not queue
+        behind the data plane's in-flight collectives (CoCoD-SGD's model average, SSD-SGD's
+        pushes, DeAR's all-gathers), so it neither waits for them nor delays them. Not in the
+        ledger. The group is created at the first call, which every rank must make at the same
+        point (a torch.distributed rule)."""
+        if op not in ("max", "sum"):
+            raise ValueError(f"agree: op must be 'max' or 'sum', got {op!r}")
+        if self._control is None:
+            self._control = dist.new_group(backend="gloo")
+        cpu = tensor.cpu()
+        dist.all_reduce(cpu, op=_OPS[op], group=self._control)
+        tensor.copy_(cpu)
         return tensor
 
     # ------------------------------------------------------------------ accounting
