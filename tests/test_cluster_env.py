@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -69,7 +70,8 @@ def test_plain_srun_sets_torchrun_variables(monkeypatch, tmp_path) -> None:
     seen = {}
     monkeypatch.setattr(runner, "launch", lambda config, run_dir: seen.update(
         nproc=config.nproc, rank=os.environ["RANK"]))
-    monkeypatch.setattr(runner.Result, "load", staticmethod(lambda run_dir: run_dir))
+    monkeypatch.setattr(runner.Result, "load", staticmethod(
+        lambda run_dir: SimpleNamespace(path=run_dir, summary={"status": "finished"})))
     runner.run(launcher="env", backend="gloo", steps=1, out=str(tmp_path))
     assert seen == {"nproc": 8, "rank": "6"}
 
