@@ -1,0 +1,48 @@
+"""Checkpoint and resume of a whole run (`distsgd.checkpoint`): a 2-rank run that fails at step 9,
+run again, resumes from its checkpoint of step 8 and ends with the parameters of an uninterrupted
+run, bit for bit, and with its metrics (but the wall-clock columns), for every algorithm."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+import distsgd
+from distsgd import WorkerError
+from distsgd.worker import FAULT_ENV
+from test_algorithm_state import CASES, PLAIN_SGD
+
+RUN = dict(model="mlp", data="digits", nproc=2, steps=12, batch_size=16, lr=0.05,
+           weight_decay=1e-3, log_every=3, eval_every=6, progress=False)
+CLOCK = ["wall_s", "comm_wait_s"]          # wall-clock columns: differ between any two runs
+# MG-WFBP merges buckets by measured gradient-ready times: its number of collectives differs
+# between two uninterrupted runs too (its parameters do not)
+TIMED = {"mgwfbp": ["collectives"]}
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_resumed_run_ends_bitwise_as_an_uninterrupted_one(tmp_path, monkeypatch, name):
+    fields = dict(RUN, algo=name, params=CASES[name], momentum=0.0 if name in PLAIN_SGD else 0.9)
+    straight = distsgd.run(out=str(tmp_path / "straight"), **fields)
+
+    resumable = dict(fields, out=str(tmp_path / "resumed"), checkpoint_every=4)
+    monkeypatch.setenv(FAULT_ENV, "1:9")
+    with pytest.raises(WorkerError, match="injected fault at step 9"):
+        distsgd.run(**resumable)
+    checkpoints = tmp_path / "resumed" / straight.path.name / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-8"]
+    assert sorted(p.name for p in (checkpoints / "step-8").iterdir()) == [
+        "COMPLETE", "rank0.pt", "rank1.pt"]
+    monkeypatch.setenv(FAULT_ENV, "1:7")    # a fault the resumed run, from step 8 on, never meets
+    resumed = distsgd.run(**resumable)
+    assert not checkpoints.exists(), "a finished run keeps no checkpoint"
+
+    want, got = straight.state_dict(), resumed.state_dict()
+    assert want.keys() == got.keys()
+    for key in want:
+        assert torch.equal(want[key], got[key]), f"{key} differs"
+    untimed = CLOCK + TIMED.get(name, [])
+    pd.testing.assert_frame_equal(resumed.metrics.drop(columns=untimed),
+                                  straight.metrics.drop(columns=untimed), check_exact=True)
+    assert resumed.metrics["step"].tolist() == [3, 6, 9, 12]
