@@ -1,6 +1,7 @@
 """Checkpoint and resume of a whole run (`distsgd.checkpoint`): a 2-rank run that fails at step 9,
 run again, resumes from its checkpoint of step 8 and ends with the parameters of an uninterrupted
-run, bit for bit, and with its metrics (but the wall-clock columns), for every algorithm."""
+run, bit for bit, and with its metrics (but the wall-clock columns), for every algorithm; and for
+a model that draws from torch's global generator as it trains (DropIT's random selection)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -18,12 +19,19 @@ CLOCK = ["wall_s", "comm_wait_s"]          # wall-clock columns: differ between 
 # MG-WFBP merges buckets by measured gradient-ready times: its number of collectives differs
 # between two uninterrupted runs too (its parameters do not)
 TIMED = {"mgwfbp": ["collectives"]}
+# (algorithm, model options): every algorithm, and S-SGD on a model whose training draws from
+# torch's global generator, so that the checkpoint must carry the RNG state
+CASES_RUN = [(name, {}) for name in sorted(CASES)] + [
+    ("ssgd", {"dropit": {"gamma": 0.5, "strategy": "random"}})]
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_a_resumed_run_ends_bitwise_as_an_uninterrupted_one(tmp_path, monkeypatch, name):
-    fields = dict(RUN, algo=name, params=CASES[name], momentum=0.0 if name in PLAIN_SGD else 0.9)
+@pytest.mark.parametrize("name, model_options", CASES_RUN,
+                         ids=[name + "-dropit" * bool(options) for name, options in CASES_RUN])
+def test_a_resumed_run_ends_bitwise_as_an_uninterrupted_one(tmp_path, monkeypatch, name,
+                                                            model_options):
+    fields = dict(RUN, algo=name, params=CASES[name], model_options=model_options,
+                  momentum=0.0 if name in PLAIN_SGD else 0.9)
     straight = distsgd.run(out=str(tmp_path / "straight"), **fields)
 
     resumable = dict(fields, out=str(tmp_path / "resumed"), checkpoint_every=4)
