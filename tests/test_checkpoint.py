@@ -16,9 +16,9 @@ from test_algorithm_state import CASES, PLAIN_SGD
 RUN = dict(model="mlp", data="digits", nproc=2, steps=12, batch_size=16, lr=0.05,
            weight_decay=1e-3, log_every=3, eval_every=6, progress=False)
 CLOCK = ["wall_s", "comm_wait_s"]          # wall-clock columns: differ between any two runs
-# MG-WFBP merges buckets by measured gradient-ready times: its number of collectives differs
-# between two uninterrupted runs too (its parameters do not)
-TIMED = {"mgwfbp": ["collectives"]}
+# MG-WFBP merges buckets by measured gradient-ready times: its numbers of collectives and
+# all-reduces differ between two uninterrupted runs too (its parameters and bytes do not)
+TIMED = {"mgwfbp": ["collectives", "global_reductions"]}
 # (algorithm, model options): every algorithm, and S-SGD on a model whose training draws from
 # torch's global generator, so that the checkpoint must carry the RNG state
 CASES_RUN = [(name, {}) for name in sorted(CASES)] + [
