@@ -54,3 +54,24 @@ def test_a_resumed_run_ends_bitwise_as_an_uninterrupted_one(tmp_path, monkeypatc
     pd.testing.assert_frame_equal(resumed.metrics.drop(columns=untimed),
                                   straight.metrics.drop(columns=untimed), check_exact=True)
     assert resumed.metrics["step"].tolist() == [3, 6, 9, 12]
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("signal_name", ["term", "usr1"])
+def test_a_signalled_run_saves_a_checkpoint_and_resumes_from_it(tmp_path, monkeypatch, signal_name):
+    """Rank 1 receives SIGTERM (or SIGUSR1) at step 7 of a run that saves no periodic checkpoint:
+    at the next log step (9) every rank saves one and the run stops, saying so; run again, it
+    resumes there and ends bitwise as an uninterrupted run (CoCoD-SGD: an average in flight)."""
+    fields = dict(RUN, algo="cocod_sgd", params=CASES["cocod_sgd"], momentum=0.9)
+    straight = distsgd.run(out=str(tmp_path / "straight"), **fields)
+    monkeypatch.setenv(FAULT_ENV, f"1:7:{signal_name}")
+    with pytest.raises(WorkerError, match="stopped by a signal .* after step 9"):
+        distsgd.run(out=str(tmp_path / "resumed"), **fields)
+    checkpoints = tmp_path / "resumed" / straight.path.name / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-9"]
+    monkeypatch.setenv(FAULT_ENV, "1:7:raise")      # never met by a run resumed at step 9
+    resumed = distsgd.run(out=str(tmp_path / "resumed"), **fields)
+    want, got = straight.state_dict(), resumed.state_dict()
+    assert all(torch.equal(want[key], got[key]) for key in want)
+    pd.testing.assert_frame_equal(resumed.metrics.drop(columns=CLOCK),
+                                  straight.metrics.drop(columns=CLOCK), check_exact=True)

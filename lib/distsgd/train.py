@@ -24,6 +24,7 @@ from .comm import Comm
 from .config import Config
 from .data import DataSource, load_data, partition
 from .divergence import DivergenceCheck, NonFinite
+from .errors import Preempted
 from .models import build_model
 from .step import train_step
 
@@ -99,12 +100,16 @@ class _Progress:
 class Trainer:
     """One rank's training run. `progress_file`: where to write the progress for a local
     launcher (None: a tqdm bar on rank 0); `before_step(step)`: called first in every step (the
-    worker's fault injection)."""
+    worker's fault injection); `stop_requested()`: whether this rank was asked to stop (the
+    worker's signal handler), asked at every log step: when any rank was, all save a checkpoint
+    there and raise `Preempted`."""
 
     def __init__(self, config: Config, comm: Comm, run_dir: Path, progress_file: Path | None = None,
-                 before_step: Callable[[int], None] | None = None) -> None:
+                 before_step: Callable[[int], None] | None = None,
+                 stop_requested: Callable[[], bool] | None = None) -> None:
         self.config, self.comm, self.run_dir = config, comm, run_dir
         self.progress_file, self.before_step = progress_file, before_step
+        self.stop_requested = stop_requested
         self.device = comm.device
         c = config
         torch.manual_seed(c.seed)          # identical model initialisation on every rank
@@ -173,6 +178,10 @@ class Trainer:
                 self.window_n = 0
                 if stop:                    # every rank stops at this step (distsgd.divergence)
                     break
+                if done < c.steps and self.asked_to_stop():
+                    self.elapsed_s = time.perf_counter() - t0
+                    self.save_checkpoint(done)
+                    raise Preempted(done, str(checkpoint.step_dir(self.run_dir, done)))
             if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.steps:
                 self.elapsed_s = time.perf_counter() - t0
                 self.save_checkpoint(done)
@@ -207,6 +216,14 @@ class Trainer:
                 "window": self.window, "window_n": self.window_n,
                 "elapsed_s": self.elapsed_s, "eval_s": self.eval_s,
                 "nonfinite": None if found is None else found.to_dict()}
+
+    def asked_to_stop(self) -> bool:
+        """Whether any rank was asked to stop (`stop_requested`), agreed by every rank through
+        one uncounted all-reduce on the control group (`Comm.agree`)."""
+        if self.stop_requested is None:
+            return False
+        flag = torch.tensor([float(self.stop_requested())])
+        return bool(self.comm.agree(flag, op="max").item())
 
     def save_checkpoint(self, step: int) -> None:
         """Every rank saves its state; once all have, rank 0 marks the checkpoint complete. The
