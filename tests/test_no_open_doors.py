@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import distsgd
+from distsgd import WorkerError
 from distsgd.results import load_tensors
+from distsgd.worker import FAULT_ENV
 
 LOOPBACK = {"127.0.0.1", "::1"}
 
@@ -56,10 +58,13 @@ def test_a_local_run_listens_on_loopback_only(tmp_path) -> None:
 
 
 class _RunsCode:
-    """A pickle payload that would call os.system when loaded by plain pickle."""
+    """A pickle payload that would run `command` by os.system when loaded by plain pickle."""
+
+    def __init__(self, command: str = "echo planted > /dev/null") -> None:
+        self.command = command
 
     def __reduce__(self):
-        return (os.system, ("echo planted > /dev/null",))
+        return (os.system, (self.command,))
 
 
 def test_reading_a_tampered_model_file_refuses_to_run_code(tmp_path) -> None:
@@ -69,3 +74,23 @@ def test_reading_a_tampered_model_file_refuses_to_run_code(tmp_path) -> None:
     torch.save({"w": torch.ones(2), "payload": _RunsCode()}, path)
     with pytest.raises(pickle.UnpicklingError, match="(?i)weights.only"):
         load_tensors(path)
+
+
+@pytest.mark.multiproc
+def test_resuming_from_a_tampered_checkpoint_refuses_to_run_code(tmp_path, monkeypatch) -> None:
+    """A run fails after its checkpoint of step 4; rank 1's file there is replaced by a pickle
+    that would create a marker file. Resuming fails naming that file, and no marker appears."""
+    fields = dict(algo="local_sgd", params={"period": 3}, model="mlp", data="digits", nproc=2,
+                  steps=8, batch_size=16, checkpoint_every=4, progress=False, out=str(tmp_path))
+    monkeypatch.setenv(FAULT_ENV, "1:5")
+    with pytest.raises(WorkerError, match="injected fault at step 5"):
+        distsgd.run(**fields)
+    monkeypatch.delenv(FAULT_ENV)
+    planted = next(tmp_path.glob("*/checkpoints/step-4/rank1.pt"))
+    marker = tmp_path / "MARKER"
+    torch.save({"step": 4, "payload": _RunsCode(f"touch {marker}")}, planted)
+    with pytest.raises(WorkerError) as info:
+        distsgd.run(**fields)
+    assert info.value.rank == 1
+    assert f"refusing to resume from checkpoint file {planted}" in str(info.value)
+    assert not marker.exists(), "loading the checkpoint ran the planted code"

@@ -24,7 +24,8 @@ ON_NAN = ("stop", "continue")
 # Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
 # hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
 # run finished with on_nan="continue" must not stand for one asked to stop at a NaN.
-_NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name")
+# `checkpoint_every` only sets where a run can resume; the resumed run computes the same bits.
+_NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name", "checkpoint_every")
 
 
 def _field(default: Any, help: str, **cli: Any) -> Any:
@@ -84,6 +85,8 @@ class Config:
     on_nan: str = _field("stop", "when a loss or parameter turns NaN or infinite (checked at each log "
                                  "step): stop the run, which fails with status 'diverged', or continue",
                          choices=ON_NAN)
+    checkpoint_every: int = _field(0, "save a checkpoint every this many steps, from which a restarted "
+                                      "run resumes (0: none; distsgd.checkpoint)")
     timeout_s: float = _field(300.0, "seconds a collective may wait for a peer before the run fails",
                               flag="--timeout")
     progress: bool = _field(True, "show a progress bar")
@@ -116,6 +119,7 @@ class Config:
         _check_int("eval_every", self.eval_every, 0)
         _check_int("eval_samples", self.eval_samples, 1)
         _check_int("seed", self.seed, 0)
+        _check_int("checkpoint_every", self.checkpoint_every, 0)
         _check_number("lr", self.lr, lambda v: v > 0, "a finite number > 0")
         _check_number("momentum", self.momentum, lambda v: 0 <= v < 1, "0 <= momentum < 1")
         _check_number("weight_decay", self.weight_decay, lambda v: v >= 0, "a finite number >= 0")

@@ -41,3 +41,14 @@ class DivergedError(WorkerError):
         self.cause = (f"training diverged: non-finite {quantity} at step {step} on {where} "
                       f"(on_nan=stop; on_nan=continue trains on)")
         RuntimeError.__init__(self, self.cause)     # no worker failed: the message is the cause
+
+
+class Preempted(RuntimeError):
+    """A rank asked to stop (SIGTERM or SIGUSR1, what SLURM sends before a preemption or the time
+    limit) saved a checkpoint with every rank at `step` and stopped; the run resumes there when
+    started again (`distsgd.checkpoint`)."""
+
+    def __init__(self, step: int, checkpoint: str) -> None:
+        self.step, self.checkpoint = step, checkpoint
+        super().__init__(f"stopped by a signal (SIGTERM or SIGUSR1) after step {step}: checkpoint "
+                         f"{checkpoint} saved; run the same config again to resume from it")

@@ -13,6 +13,7 @@ A run directory `<results>/<name>-<hash>/` holds
     comm.csv       every collective of every rank (the ledger), for systems analysis
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
+    checkpoints/   while the run is unfinished: where it resumes (`distsgd.checkpoint`)
 """
 from __future__ import annotations
 
@@ -128,7 +129,10 @@ def environment_info() -> dict[str, Any]:
 
 
 def prepare_run_dir(run_dir: Path, config: Config) -> None:
-    """Fresh run directory for `config` (stale outputs of an unfinished earlier attempt removed)."""
+    """Run directory for `config`: stale outputs of an unfinished earlier attempt removed, its
+    latest complete checkpoint for this config and code version kept (the run resumes there)."""
+    from . import checkpoint        # late: it imports this module
+
     for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt"):
         (run_dir / stale).unlink(missing_ok=True)
     ranks = run_dir / "ranks"
@@ -136,6 +140,7 @@ def prepare_run_dir(run_dir: Path, config: Config) -> None:
         for f in ranks.iterdir():
             f.unlink()
     ranks.mkdir(parents=True, exist_ok=True)
+    checkpoint.keep(run_dir, checkpoint.latest(run_dir, config))
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment_info())
 
@@ -170,8 +175,8 @@ def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
     os.replace(tmp, run_dir / "model.pt")
 
 
-def load_tensors(path: Path | str) -> dict[str, "torch.Tensor"]:
-    """A state dict saved by the kit (model.pt), on the CPU, read without running code: only
+def load_tensors(path: Path | str) -> dict[str, Any]:
+    """A file saved by the kit (model.pt, a checkpoint), on the CPU, read without running code: only
     tensors and plain containers are accepted (``weights_only=True``), so a tampered file that
     carries a pickled callable is refused with `pickle.UnpicklingError`, never executed."""
     import torch

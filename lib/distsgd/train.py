@@ -2,7 +2,8 @@
 
 `Trainer(...).train()` runs `distsgd.step.train_step` (before_forward -> forward/backward ->
 after_backward -> optimizer_step -> after_step) every step, then `finalize()` and a final
-evaluation. Each rank writes its own metrics; after a barrier rank 0 merges them into the run
+evaluation. With ``checkpoint_every`` it saves a checkpoint every that many steps, and a run
+restarted in the same directory resumes from the latest complete one (`distsgd.checkpoint`). Each rank writes its own metrics; after a barrier rank 0 merges them into the run
 directory's metrics.csv and summary.json (distsgd.results). A rank's entry point, which joins the
 process group and builds the Trainer, is `distsgd.worker`.
 """
@@ -12,17 +13,18 @@ import math
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from . import results
+from . import checkpoint, results
 from .algorithms import create
 from .comm import Comm
 from .config import Config
 from .data import DataSource, load_data, partition
-from .divergence import DivergenceCheck
+from .divergence import DivergenceCheck, NonFinite
+from .errors import Preempted
 from .models import build_model
 from .step import train_step
 
@@ -98,12 +100,16 @@ class _Progress:
 class Trainer:
     """One rank's training run. `progress_file`: where to write the progress for a local
     launcher (None: a tqdm bar on rank 0); `before_step(step)`: called first in every step (the
-    worker's fault injection)."""
+    worker's fault injection); `stop_requested()`: whether this rank was asked to stop (the
+    worker's signal handler), asked at every log step: when any rank was, all save a checkpoint
+    there and raise `Preempted`."""
 
     def __init__(self, config: Config, comm: Comm, run_dir: Path, progress_file: Path | None = None,
-                 before_step: Callable[[int], None] | None = None) -> None:
+                 before_step: Callable[[int], None] | None = None,
+                 stop_requested: Callable[[], bool] | None = None) -> None:
         self.config, self.comm, self.run_dir = config, comm, run_dir
         self.progress_file, self.before_step = progress_file, before_step
+        self.stop_requested = stop_requested
         self.device = comm.device
         c = config
         torch.manual_seed(c.seed)          # identical model initialisation on every rank
@@ -116,22 +122,29 @@ class Trainer:
         self.algo = create(c.algo, c.params)
         self.net = self.algo.setup(self.model, self.optimizer, comm, c)
 
-    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's batch stream from its `start`-th batch on: the deterministic stream replayed
+        from the first batch and the first `start` skipped, so that a resumed run reads exactly
+        the batches (augmentation included) of an uninterrupted one."""
         seed = self.config.seed * 10_007 + self.comm.rank
-        return self.ds.train_batches(self.shard, self.algo.batch_size(), seed, self.device)
+        stream = self.ds.train_batches(self.shard, self.algo.batch_size(), seed, self.device)
+        for _ in range(start):
+            next(stream)
+        return stream
 
     def train(self) -> None:
         c, comm = self.config, self.comm
-        rows: list[dict] = []
+        self.rows: list[dict] = []
+        self.window = torch.zeros((), device=self.device)
+        self.window_n, self.eval_s, self.elapsed_s = 0, 0.0, 0.0
+        self.divergence = DivergenceCheck(self.model, comm, c.on_nan)
+        start = self.resume()
         progress = _Progress(self.progress_file, c.steps, c.progress and comm.rank == 0)
-        batches = self.batches()
+        batches = self.batches(start)
         loss_of = partial(loss_fn, self.ds)
-        window = torch.zeros((), device=self.device)
-        window_n, eval_s = 0, 0.0
-        divergence = DivergenceCheck(self.model, comm, c.on_nan)
         self.net.train()
-        t0 = time.perf_counter()
-        for step in range(c.steps):
+        t0 = time.perf_counter() - self.elapsed_s
+        for step in range(start, c.steps):
             if self.before_step is not None:
                 self.before_step(step)
             comm.step = step
@@ -139,16 +152,16 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             x, y = next(batches)
-            window += train_step(self.algo, self.optimizer, self.net, loss_of, x, y, step)
-            window_n += 1
+            self.window += train_step(self.algo, self.optimizer, self.net, loss_of, x, y, step)
+            self.window_n += 1
             done = step + 1
             if done % c.log_every == 0 or done == c.steps:
                 row = {"step": done,
                        "epoch": done * self.algo.batch_size() / len(self.shard),
                        "samples": done * self.algo.batch_size(),      # this rank's; summed on merge
-                       "wall_s": time.perf_counter() - t0 - eval_s,
+                       "wall_s": time.perf_counter() - t0 - self.eval_s,
                        **comm.ledger.totals(),
-                       "train_loss": (window / window_n).item(),
+                       "train_loss": (self.window / self.window_n).item(),
                        "test_loss": float("nan"), "test_acc": float("nan"),
                        "lr": lr, **self.algo.metrics()}
                 if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
@@ -157,26 +170,90 @@ class Trainer:
                         self.model, self.ds, "test", self.device, c.eval_samples)
                     if c.eval_train:
                         row["train_objective"] = self.objective()
-                    eval_s += time.perf_counter() - te
-                rows.append(row)
+                    self.eval_s += time.perf_counter() - te
+                self.rows.append(row)
                 progress.update(done, row["train_loss"])
-                stop = divergence.check(done, window)
-                window.zero_()
-                window_n = 0
+                stop = self.divergence.check(done, self.window)
+                self.window.zero_()
+                self.window_n = 0
                 if stop:                    # every rank stops at this step (distsgd.divergence)
                     break
+                if done < c.steps and self.asked_to_stop():
+                    self.elapsed_s = time.perf_counter() - t0
+                    self.save_checkpoint(done)
+                    raise Preempted(done, str(checkpoint.step_dir(self.run_dir, done)))
+            if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.steps:
+                self.elapsed_s = time.perf_counter() - t0
+                self.save_checkpoint(done)
+        divergence = self.divergence
         if not divergence.stopped:          # a diverged model is evaluated as it is
             self.algo.finalize()
             comm.assert_drained()
-        train_s = time.perf_counter() - t0 - eval_s
+        train_s = time.perf_counter() - t0 - self.eval_s
         progress.close()
         final = self.final_metrics(train_s)
-        results.write_rank_outputs(self.run_dir, comm.rank, rows, final, comm.ledger)
+        results.write_rank_outputs(self.run_dir, comm.rank, self.rows, final, comm.ledger)
         comm.barrier()
         if comm.rank == 0:
             results.save_model(self.run_dir, self.model)
             results.merge_ranks(self.run_dir, comm.world_size, c, divergence.found)
+            checkpoint.keep(self.run_dir, None)     # finished: nothing to resume
         comm.barrier()                      # every rank may now read the merged result
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, step: int) -> dict[str, Any]:
+        """This rank's state after `step` steps, everything the loop needs to go on as if never
+        stopped; tensors and plain containers only. The algorithm's state first: taking it
+        waits for the collectives in flight. The data-stream position is `step` (one batch a
+        step)."""
+        cuda = self.device.type == "cuda"
+        found = self.divergence.found
+        return {"step": step, "algo": self.algo.state_dict(), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": {"cpu": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state(self.device) if cuda else None},
+                "ledger": self.comm.ledger.state_dict(), "rows": self.rows,
+                "window": self.window, "window_n": self.window_n,
+                "elapsed_s": self.elapsed_s, "eval_s": self.eval_s,
+                "nonfinite": None if found is None else found.to_dict()}
+
+    def asked_to_stop(self) -> bool:
+        """Whether any rank was asked to stop (`stop_requested`), agreed by every rank through
+        one uncounted all-reduce on the control group (`Comm.agree`)."""
+        if self.stop_requested is None:
+            return False
+        flag = torch.tensor([float(self.stop_requested())])
+        return bool(self.comm.agree(flag, op="max").item())
+
+    def save_checkpoint(self, step: int) -> None:
+        """Every rank saves its state; once all have, rank 0 marks the checkpoint complete. The
+        second barrier keeps every rank from going on (and failing) before it is marked."""
+        checkpoint.save(self.run_dir, step, self.comm.rank, self.state(step))
+        self.comm.barrier()
+        if self.comm.rank == 0:
+            checkpoint.mark_complete(self.run_dir, step, self.config)
+        self.comm.barrier()
+
+    def resume(self) -> int:
+        """Load this rank's state from the run's latest complete checkpoint, if any (same config
+        and code version); the step to start from (0 without one)."""
+        directory = checkpoint.latest(self.run_dir, self.config)
+        if directory is None:
+            return 0
+        state = checkpoint.load(directory, self.comm.rank)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.algo.load_state_dict(state["algo"])
+        torch.set_rng_state(state["rng"]["cpu"])
+        if state["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        self.comm.ledger.load_state_dict(state["ledger"])
+        self.rows = state["rows"]
+        self.window = state["window"].to(self.device)
+        self.window_n, self.elapsed_s, self.eval_s = state["window_n"], state["elapsed_s"], state["eval_s"]
+        if state["nonfinite"] is not None:
+            self.divergence.found = NonFinite(**state["nonfinite"])
+        return state["step"]
 
     def objective(self) -> float:
         """The training objective of this rank's model: mean loss over the training set (up to

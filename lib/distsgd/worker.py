@@ -5,7 +5,10 @@ Every rank runs `run_worker(run_dir)`, in place under torchrun/srun or in a proc
 come from torchrun-style environment variables. What a local launcher and its ranks exchange
 besides lives here too: a failed rank's traceback (`error_file`), rank 0's progress
 (`progress_file`, when $DISTSGD_PROGRESS=file) and the fault injection of the tests
-($DISTSGD_INJECT_FAULT).
+($DISTSGD_INJECT_FAULT). SIGTERM and SIGUSR1 (SLURM's notice of a preemption or the time limit)
+are noted (`StopSignals`); at the next log step every rank saves a checkpoint and the run stops
+(`train.Trainer`). The local launcher stops the surviving ranks of a failed run with SIGTERM,
+and kills them 5 s later where they are blocked in a collective.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from .comm import Comm, parse_net
 from .config import Config
 from .train import Trainer
 
-FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:kill]": that rank raises (or dies) at that step
+FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:HOW]": that rank raises (or dies, or is signalled)
+STOP_SIGNALS = {"term": signal.SIGTERM, "usr1": signal.SIGUSR1}   # what SLURM sends before the end
 PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
 ERROR_FILE = "error_rank{rank}.txt"     # a failed rank's traceback, in RUN_DIR/ranks
 
@@ -58,8 +62,9 @@ def resolve_backend(config: Config, device: torch.device) -> str:
 
 
 def injected_fault(rank: int) -> Callable[[int], None] | None:
-    """Fault injection for testing the failure path: with $DISTSGD_INJECT_FAULT=RANK:STEP[:kill],
-    rank RANK raises (or dies by SIGKILL) when it reaches STEP; None for every other rank."""
+    """Fault injection for testing the failure path: with $DISTSGD_INJECT_FAULT=RANK:STEP[:HOW],
+    rank RANK raises (HOW "raise", the default), dies by SIGKILL ("kill"), or sends itself SIGTERM
+    ("term") or SIGUSR1 ("usr1") and trains on, when it reaches STEP; None for every other rank."""
     spec = os.environ.get(FAULT_ENV, "")
     if not spec:
         return None
@@ -73,9 +78,28 @@ def injected_fault(rank: int) -> Callable[[int], None] | None:
             return
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if how in STOP_SIGNALS:
+            os.kill(os.getpid(), STOP_SIGNALS[how])
+            return
         raise RuntimeError(f"injected fault at step {step} ({FAULT_ENV})")
 
     return fault
+
+
+class StopSignals:
+    """Notes SIGTERM and SIGUSR1 instead of dying of them, so that the loop can save a checkpoint
+    with every rank at its next log step; calling it says whether one arrived."""
+
+    def __init__(self) -> None:
+        self.received = False
+        for sig in STOP_SIGNALS.values():
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received = True
+
+    def __call__(self) -> bool:
+        return self.received
 
 
 def run_worker(run_dir: Path, config: Config | None = None) -> None:
@@ -90,7 +114,7 @@ def run_worker(run_dir: Path, config: Config | None = None) -> None:
                          config.timeout_s)
     try:
         progress = progress_file(run_dir) if os.environ.get(PROGRESS_ENV) == "file" else None
-        Trainer(config, comm, run_dir, progress, injected_fault(comm.rank)).train()
+        Trainer(config, comm, run_dir, progress, injected_fault(comm.rank), StopSignals()).train()
     except BaseException:
         record_error(run_dir)        # before the group closes and the peers fail in turn
         raise

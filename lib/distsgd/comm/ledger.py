@@ -59,6 +59,16 @@ class Ledger:
             "comm_wait_s": self.wait_s,
         }
 
+    def state_dict(self) -> list[dict[str, float | int | str]]:
+        """Every entry as a plain dict (a checkpoint); the counters follow from them."""
+        return [dataclasses.asdict(e) for e in self.entries]
+
+    def load_state_dict(self, entries: list[dict[str, float | int | str]]) -> None:
+        """Continue from the entries of `state_dict()` (on a ledger that recorded nothing yet)."""
+        for fields in entries:
+            entry = self.record(Entry(**fields))
+            self.wait_s += entry.wait_s
+
     def write_csv(self, path: Path) -> None:
         fields = [f.name for f in dataclasses.fields(Entry)]
         with open(path, "w", newline="") as f:
