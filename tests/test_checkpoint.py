@@ -75,3 +75,16 @@ def test_a_signalled_run_saves_a_checkpoint_and_resumes_from_it(tmp_path, monkey
     assert all(torch.equal(want[key], got[key]) for key in want)
     pd.testing.assert_frame_equal(resumed.metrics.drop(columns=CLOCK),
                                   straight.metrics.drop(columns=CLOCK), check_exact=True)
+
+
+@pytest.mark.multiproc
+def test_force_starts_a_stopped_run_afresh(tmp_path, monkeypatch):
+    """force=True ignores the checkpoint of a stopped run: it starts at step 0, so a fault at
+    step 7 that a resumed run (from step 8) would never meet stops it again."""
+    resumable = dict(RUN, algo="local_sgd", out=str(tmp_path), checkpoint_every=4)
+    monkeypatch.setenv(FAULT_ENV, "1:9")
+    with pytest.raises(WorkerError, match="injected fault at step 9"):
+        distsgd.run(**resumable)
+    monkeypatch.setenv(FAULT_ENV, "1:7")
+    with pytest.raises(WorkerError, match="injected fault at step 7"):
+        distsgd.run(force=True, **resumable)

@@ -128,9 +128,10 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-def prepare_run_dir(run_dir: Path, config: Config) -> None:
+def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> None:
     """Run directory for `config`: stale outputs of an unfinished earlier attempt removed, its
-    latest complete checkpoint for this config and code version kept (the run resumes there)."""
+    latest complete checkpoint for this config and code version kept (the run resumes there)
+    when `resume`, else every checkpoint removed (the run starts from step 0)."""
     from . import checkpoint        # late: it imports this module
 
     for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt"):
@@ -140,7 +141,7 @@ def prepare_run_dir(run_dir: Path, config: Config) -> None:
         for f in ranks.iterdir():
             f.unlink()
     ranks.mkdir(parents=True, exist_ok=True)
-    checkpoint.keep(run_dir, checkpoint.latest(run_dir, config))
+    checkpoint.keep(run_dir, checkpoint.latest(run_dir, config) if resume else None)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment_info())
 

@@ -69,6 +69,8 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     within `caps` (default: `Caps.from_env()`; ignored under torchrun/srun, whose job sets the
     world).
 
+    A run that stopped (a failed rank, a preemption signal) resumes from its latest complete
+    checkpoint (`checkpoint_every`) unless `force`, which starts it afresh.
     Bad fields, and data that the config does not fit (`distsgd.preflight`), raise ConfigError
     before any process starts. A finished run with the same config hash, made by the same code
     version, is loaded instead of recomputed unless `force`; one made by other code (the library
@@ -94,12 +96,12 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     if env_launch:
         if _must_compute(run_dir, config, force, reuse_stale):
             if os.environ.get("RANK") == "0":
-                prepare_run_dir(run_dir, config)
+                prepare_run_dir(run_dir, config, resume=not force)
             launch(config, run_dir)
         return _outcome(run_dir)
     with _locked(run_dir):
         if _must_compute(run_dir, config, force, reuse_stale):
-            prepare_run_dir(run_dir, config)
+            prepare_run_dir(run_dir, config, resume=not force)
             launch(config, run_dir)
     return _outcome(run_dir)
 
