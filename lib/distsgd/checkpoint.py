@@ -10,22 +10,20 @@ and, once every rank has written its file, rank 0 marks the checkpoint complete 
 ``step-<N>/COMPLETE`` (the step, the config hash and the code version that made it) and
 removes the older ones. A restarted run of the same config (so on as many ranks), by the same
 code version, resumes from the latest complete checkpoint; a half-written one (a rank died while
-saving) is never read. A finished run removes its checkpoints. Files are loaded with ``torch.load(weights_only=True)``: a tampered
-file that carries a pickled callable is refused with `pickle.UnpicklingError` naming it.
+saving) is never read. A finished run removes its checkpoints. Files are loaded with
+``torch.load(weights_only=True)``: a tampered file that carries a pickled callable is refused
+with `pickle.UnpicklingError` naming it.
 """
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .config import Config
-from .results import code_version, load_tensors, write_json_atomic
+from .results import code_version, load_tensors, save_tensors, write_json_atomic
 
 COMPLETE = "COMPLETE"
 
@@ -45,12 +43,7 @@ def rank_file(directory: Path, rank: int) -> Path:
 
 def save(run_dir: Path, step: int, rank: int, state: dict[str, Any]) -> None:
     """Rank `rank`'s state after `step` steps, written atomically."""
-    directory = step_dir(run_dir, step)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = rank_file(directory, rank)
-    tmp = directory / f".{path.name}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    save_tensors(rank_file(step_dir(run_dir, step), rank), state)
 
 
 def mark_complete(run_dir: Path, step: int, config: Config) -> None:

@@ -167,13 +167,20 @@ def write_rank_outputs(run_dir: Path, rank: int, rows: list[dict], final: dict,
     ledger.write_csv(ranks / f"comm_rank{rank}.csv")
 
 
-def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
-    """The final model (rank 0's, identical on every rank after finalize for averaging methods)."""
+def save_tensors(path: Path, obj: Any) -> None:
+    """Tensors and plain containers to `path` with torch.save, atomically (a temporary file in the
+    same directory, then a rename): readers (`load_tensors`) never see half a file."""
     import torch
 
-    tmp = run_dir / ".model.pt.tmp"
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, run_dir / "model.pt")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
+    """The final model (rank 0's, identical on every rank after finalize for averaging methods)."""
+    save_tensors(run_dir / "model.pt", {k: v.detach().cpu() for k, v in model.state_dict().items()})
 
 
 def load_tensors(path: Path | str) -> dict[str, Any]:
