@@ -13,6 +13,7 @@ import torch
 
 from distsgd.algorithms import REGISTRY
 from distsgd.algorithms.period import Period
+from distsgd.schedule import lr_at
 from gloo import run_ranks
 
 WORLD, STEPS, STOP, LR = 2, 10, 5, 0.05
@@ -22,7 +23,7 @@ CASES: dict[str, dict] = {
     "local_sgd": {"period": 3},
     "kavg": {"period": 3, "reduction_momentum": 0.5, "optimizer_state": "average"},
     "vrl_sgd": {"period": 3, "warmup": True},
-    "stl_sgd": {"period": 1, "stage_steps": 2},
+    "stl_sgd": {"period": 1},
     "ssd_sgd": {"period": 2, "warmup": 2, "glu": "dc"},
     "cocod_sgd": {"period": 3},
     "compressed_sgd": {"ratio": 0.1},
@@ -39,6 +40,7 @@ CASES: dict[str, dict] = {
     "dear": {"threshold_mb": 0.0005},
 }
 PLAIN_SGD = {"vrl_sgd"}            # defined for SGD without momentum
+SCHEDULE = {"stl_sgd": {"schedule": "stagewise", "stage_steps": 2}}   # default: constant
 
 
 def _model(seed: int) -> torch.nn.Module:
@@ -57,7 +59,7 @@ def _start(name: str, comm, seed: int):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum, weight_decay=1e-3)
     algo = create(name, CASES[name])
     config = Config(algo=name, params=CASES[name], nproc=WORLD, lr=LR, momentum=momentum,
-                    weight_decay=1e-3, batch_size=8)
+                    weight_decay=1e-3, batch_size=8, steps=STEPS, **SCHEDULE.get(name, {}))
     net = algo.setup(model, opt, comm, config)
     return model, opt, algo, net
 
@@ -65,7 +67,7 @@ def _start(name: str, comm, seed: int):
 def _run(algo, net, opt, rank: int, start: int, stop: int) -> None:
     """Steps start..stop-1 in distsgd.train's hook order, on batches fixed by (rank, step)."""
     for step in range(start, stop):
-        lr = algo.learning_rate(step, LR)
+        lr = algo.learning_rate(step, lr_at(algo.config, step))
         for group in opt.param_groups:
             group["lr"] = lr
         g = torch.Generator().manual_seed(1000 * rank + step)

@@ -89,6 +89,11 @@ CASES: list[tuple[str, list[str], str]] = [
      "data_options"),
     ("unknown-model-option", ["--model-opt", "width=3"], "model_options"),
     ("malformed-assignment", ["--set", "period"], "params"),
+    # -- the stagewise schedule (issue 16)
+    ("stagewise-without-stage-steps", ["--schedule", "stagewise"], "stage_steps"),
+    ("stage-steps-negative", ["--schedule", "stagewise", "--stage-steps", "-2"], "stage_steps"),
+    ("stage-steps-without-stagewise", ["--stage-steps", "8"], "stage_steps"),
+    ("stl-sgd-without-stages", ["--algo", "stl_sgd"], "schedule"),
 ]
 # Through `distsgd.run` only: values a command line cannot give.
 RUN_ONLY: list[tuple[str, dict, str]] = [

@@ -11,7 +11,7 @@ import torch
 import distsgd
 from distsgd import WorkerError
 from distsgd.worker import FAULT_ENV
-from test_algorithm_state import CASES, PLAIN_SGD
+from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 
 RUN = dict(model="mlp", data="digits", nproc=2, steps=12, batch_size=16, lr=0.05,
            weight_decay=1e-3, log_every=3, eval_every=6, progress=False)
@@ -31,7 +31,7 @@ CASES_RUN = [(name, {}) for name in sorted(CASES)] + [
 def test_a_resumed_run_ends_bitwise_as_an_uninterrupted_one(tmp_path, monkeypatch, name,
                                                             model_options):
     fields = dict(RUN, algo=name, params=CASES[name], model_options=model_options,
-                  momentum=0.0 if name in PLAIN_SGD else 0.9)
+                  momentum=0.0 if name in PLAIN_SGD else 0.9, **SCHEDULE.get(name, {}))
     straight = distsgd.run(out=str(tmp_path / "straight"), **fields)
 
     resumable = dict(fields, out=str(tmp_path / "resumed"), checkpoint_every=4)

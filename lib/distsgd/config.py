@@ -17,7 +17,7 @@ from .errors import ConfigError
 OPTIMIZERS = ("sgd", "adam")
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
-SCHEDULES = ("constant", "cosine", "step")
+SCHEDULES = ("constant", "cosine", "step", "stagewise")
 LAUNCHERS = ("auto", "spawn", "env")
 ON_NAN = ("stop", "continue")
 
@@ -67,8 +67,11 @@ class Config:
     optimizer: str = _field("sgd", "the optimizer every rank steps", choices=OPTIMIZERS)
     momentum: float = _field(0.0, "SGD momentum, 0 <= momentum < 1")
     weight_decay: float = _field(0.0, "L2 weight decay of the optimizer, >= 0")
-    schedule: str = _field("constant", "learning-rate schedule (step: x0.1 at 50% and 75% of the steps)",
-                           choices=SCHEDULES)
+    schedule: str = _field("constant", "learning-rate schedule (step: x0.1 at 50% and 75% of the steps; "
+                                       "stagewise: /2 every stage, stage s lasting stage_steps * 2^s "
+                                       "steps; distsgd.schedule)", choices=SCHEDULES)
+    stage_steps: int = _field(0, "length T_0 of the first stage of the stagewise schedule (needed by "
+                                 "it, 0 with the other schedules)")
     warmup_steps: int = _field(0, "steps of linear learning-rate warm-up before the schedule")
     seed: int = _field(0, "seed of the model initialisation, the data and its partition")
     net: str = _field("", "emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
@@ -115,6 +118,7 @@ class Config:
         _check_int("steps", self.steps, 1)
         _check_int("batch_size", self.batch_size, 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
+        _check_int("stage_steps", self.stage_steps, 0)
         _check_int("log_every", self.log_every, 1)
         _check_int("eval_every", self.eval_every, 0)
         _check_int("eval_samples", self.eval_samples, 1)
@@ -127,6 +131,11 @@ class Config:
         for f in dataclasses.fields(self):
             if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
                 raise ConfigError(f.name, getattr(self, f.name), f.metadata["choices"])
+        if (self.schedule == "stagewise") != (self.stage_steps != 0):
+            raise ConfigError("stage_steps", self.stage_steps,
+                              "an integer >= 1" if self.schedule == "stagewise" else "0",
+                              f"schedule={self.schedule!r}; only the stagewise schedule has stages "
+                              "of stage_steps * 2^s steps")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend", self.backend, BACKENDS, "nccl needs device=cuda")
         parse_net(self.net)

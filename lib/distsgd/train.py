@@ -9,7 +9,6 @@ process group and builds the Trainer, is `distsgd.worker`.
 """
 from __future__ import annotations
 
-import math
 import time
 from functools import partial
 from pathlib import Path
@@ -26,20 +25,8 @@ from .data import DataSource, load_data, partition
 from .divergence import DivergenceCheck, NonFinite
 from .errors import Preempted
 from .models import build_model
+from .schedule import lr_at
 from .step import train_step
-
-
-def lr_at(config: Config, step: int) -> float:
-    """Learning rate at `step`: linear warm-up, then constant / cosine / step decay
-    (x0.1 at 50% and 75% of the steps, the usual CIFAR recipe)."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    if config.schedule == "cosine":
-        span = max(1, config.steps - config.warmup_steps)
-        return 0.5 * config.lr * (1 + math.cos(math.pi * (step - config.warmup_steps) / span))
-    if config.schedule == "step":
-        return config.lr * 0.1 ** sum(step >= f * config.steps for f in (0.5, 0.75))
-    return config.lr
 
 
 def make_optimizer(model: torch.nn.Module, config: Config) -> torch.optim.Optimizer:

@@ -121,8 +121,9 @@ class Algorithm:
         """Create the runtime state, buffers and hooks (model, optimizer, comm, config are set)."""
 
     def learning_rate(self, step: int, scheduled: float) -> float:
-        """The learning rate of `step`; `scheduled` is the config's schedule. Algorithms that
-        own the schedule (stagewise methods) override this."""
+        """The learning rate of `step`; `scheduled` is the config's schedule (`distsgd.schedule`),
+        the same for every algorithm. An algorithm that acts per stage of it (STL-SGD's period)
+        overrides this, before the step is taken."""
         return scheduled
 
     @classmethod

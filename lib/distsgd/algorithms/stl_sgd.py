@@ -1,10 +1,10 @@
 """STL-SGD: stagewise local SGD (Shen, Cheng, Liu & Xu, AAAI 2021, arXiv 2006.06377).
 
 Local SGD whose communication period grows as the learning rate decays. Stage s = 0, 1, ...
-runs local SGD (averaging every k_s local steps) with a fixed learning rate for T_s steps,
-starting from the average the previous stage ended with:
+runs local SGD (averaging every k_s local steps) with a fixed learning rate gamma_s for T_s
+steps, starting from the average the previous stage ended with:
 
-    gamma_s = gamma_0 / 2^s,    T_s = T_0 * 2^s,
+    gamma_s = gamma_0 / 2^s,    T_s = T_0 * 2^s                  (the stagewise schedule)
     k_s     = k_0 * 2^s         (IID data;     k_s ~ 1/gamma_s)
     k_s     = k_0 * 2^(s/2)     (non-IID data; k_s ~ 1/sqrt(gamma_s))
 
@@ -13,9 +13,12 @@ communication period gradually along with decreasing learning rate") and the com
 O(N log T) (IID) and O(N^1/2 T^1/2) (non-IID) communications; the constants above are our
 reconstruction of the paper's Algorithm 1 ([recollection] in SPECS.md section d).
 
-`form="step"` is the variant for deep nets ([proposed] in SPECS): the learning rate follows the
-run's own schedule (e.g. step decay) and the period scales with the inverse decay factor,
-k_t = k_0 * lr_0 / lr_t (IID) or k_0 * sqrt(lr_0 / lr_t) (non-IID).
+Only the period is this module's: gamma_s and T_s are the run's ``schedule="stagewise"`` with
+``stage_steps`` = T_0 (`distsgd.schedule`), which the baselines (S-SGD, local SGD with a fixed
+period) run too, so that a comparison differs in the period alone (SPECS d, "Fair comparison").
+Under ``schedule="step"`` (x0.1 decays; the variant for deep nets, [proposed] in SPECS) a stage
+ends at each decay and the period scales with the inverse decay: k_s = k_0 * 10^s (IID) or
+k_0 * 10^(s/2) (non-IID). Generally k_s = k_0 * r^s or k_0 * r^(s/2), r = 1 / `schedule.DECAY`.
 
 Each stage ends with an average, so the next stage starts from the same model on every rank.
 The current period and stage are logged as metrics.
@@ -23,22 +26,18 @@ The current period and stage are logged as metrics.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..schedule import DECAY, STAGED, stage_at
 from .base import Param
 from .local_sgd import LocalSGD
 from .registry import register
 
+if TYPE_CHECKING:
+    from ..config import Config
+
 GROWTHS = ("iid", "noniid")
-FORMS = ("stagewise", "step")
-
-
-def stage_of(step: int, stage_steps: int) -> int:
-    """Stage holding `step` when stage s lasts stage_steps * 2^s steps."""
-    return int(math.floor(math.log2(step / stage_steps + 1)))
-
-
-def stage_end(stage: int, stage_steps: int) -> int:
-    """First step after stage `stage` (stages 0..s together last stage_steps * (2^(s+1) - 1))."""
-    return stage_steps * (2 ** (stage + 1) - 1)
 
 
 def period_for(k0: int, lr_ratio: float, growth: str) -> int:
@@ -50,45 +49,37 @@ def period_for(k0: int, lr_ratio: float, growth: str) -> int:
 @register
 class STLSGD(LocalSGD):
     name = "stl_sgd"
-    summary = "stagewise local SGD: the period grows as the learning rate decays"
+    summary = "stagewise local SGD: the period grows at each stage of the learning-rate schedule"
     params = (
         Param("period", 2, "initial communication period k_0", lambda v: v >= 1, "an integer >= 1"),
-        Param("stage_steps", 64, "length T_0 of the first stage (stagewise form)",
-              lambda v: v >= 1, "an integer >= 1"),
         Param("growth", "iid", "period growth: iid (k ~ 1/lr) or noniid (k ~ 1/sqrt(lr))",
               lambda v: v in GROWTHS, ", ".join(GROWTHS)),
-        Param("form", "stagewise", "stagewise (own lr/2 and 2T stages) or step (run's lr schedule)",
-              lambda v: v in FORMS, ", ".join(FORMS)),
     )
 
     period: int
-    stage_steps: int
     growth: str
-    form: str
 
-    state_fields = ("stage", "prev_lr")
+    state_fields = ("stage",)
     stage: int                          # s, the current stage (the period k_s is clock.length)
-    prev_lr: float | None               # the last step's learning rate ("step" form: did it decay?)
+
+    @classmethod
+    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
+        if config.schedule not in STAGED:
+            raise ConfigError("schedule", config.schedule, STAGED,
+                              "STL-SGD grows its period at each stage of the learning-rate schedule")
 
     def build(self) -> None:
         super().build()
-        self.stage, self.prev_lr = 0, None
+        self.stage = 0
 
     def learning_rate(self, step: int, scheduled: float) -> float:
-        """Also fixes this step's stage and period, before the step is taken."""
-        if self.form == "stagewise":
-            stage = stage_of(step, self.stage_steps)
-            lr = self.config.lr / 2 ** stage
-        else:                                   # a stage ends whenever the schedule decays
-            lr = scheduled
-            decayed = self.prev_lr is not None and lr < self.prev_lr
-            stage = self.stage + int(decayed)
-        self.prev_lr = lr
+        """The schedule's rate; fixes this step's stage and period before the step is taken."""
+        stage = stage_at(self.config, step)
         if stage != self.stage and self.clock.cut():
             self.average()                      # a new stage starts from the average
         self.stage = stage
-        self.clock.length = period_for(self.period, max(1.0, self.config.lr / lr), self.growth)
-        return lr
+        self.clock.length = period_for(self.period, DECAY[self.config.schedule] ** -stage, self.growth)
+        return scheduled
 
     def metrics(self) -> dict[str, float]:
         return {"period": self.clock.length, "stage": self.stage}

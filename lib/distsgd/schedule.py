@@ -1,0 +1,61 @@
+"""The learning-rate schedules: the learning rate of a step, and the stage it belongs to.
+
+`lr_at(config, step)` is the rate every algorithm trains with (the loop passes it to
+`Algorithm.learning_rate`). After `warmup_steps` of linear warm-up, with t = step - warmup_steps:
+
+    constant    lr
+    cosine      lr * (1 + cos(pi * t / (steps - warmup_steps))) / 2
+    step        lr * 0.1^s,  s = how many of 50% and 75% of the steps lie at or before step
+    stagewise   lr / 2^s,    stage s lasting stage_steps * 2^s steps (T_s = T_0 * 2^s)
+
+The staged schedules (`STAGED`) hold their rate fixed within a stage; `stage_at` gives the stage
+of a step and `DECAY` the factor between stages, so an algorithm that changes something per stage
+(STL-SGD's period) reads them here instead of keeping its own copy of the stage arithmetic.
+The stagewise schedule is STL-SGD's (SPECS.md section d: gamma halved, stage length doubled);
+any algorithm can run on it, so STL-SGD's baselines train with the same rates.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Config
+
+DECAY = {"step": 0.1, "stagewise": 0.5}     # the rate's factor from one stage to the next
+STAGED = tuple(DECAY)                       # the schedules whose rate is constant within a stage
+STEP_AT = (0.5, 0.75)                       # the step schedule's decays, as fractions of the steps
+
+
+def stagewise_stage(t: int, stage_steps: int) -> int:
+    """Stage holding step t (counted from 0) when stage s lasts stage_steps * 2^s steps: stages
+    0..s-1 end at stage_steps * (2^s - 1), so s = floor(log2(t // stage_steps + 1))."""
+    return (t // stage_steps + 1).bit_length() - 1
+
+
+def stage_end(stage: int, stage_steps: int) -> int:
+    """First step after stage `stage` of the stagewise schedule (without warm-up)."""
+    return stage_steps * (2 ** (stage + 1) - 1)
+
+
+def stage_at(config: "Config", step: int) -> int:
+    """How many times the schedule has decayed by `step` (0 during warm-up and for the
+    schedules without stages)."""
+    t = step - config.warmup_steps
+    if t < 0 or config.schedule not in STAGED:
+        return 0
+    if config.schedule == "stagewise":
+        return stagewise_stage(t, config.stage_steps)
+    return sum(step >= f * config.steps for f in STEP_AT)
+
+
+def lr_at(config: "Config", step: int) -> float:
+    """Learning rate at `step`: linear warm-up, then the config's schedule (module docstring)."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.schedule == "cosine":
+        span = max(1, config.steps - config.warmup_steps)
+        return 0.5 * config.lr * (1 + math.cos(math.pi * (step - config.warmup_steps) / span))
+    if config.schedule in STAGED:
+        return config.lr * DECAY[config.schedule] ** stage_at(config, step)
+    return config.lr
