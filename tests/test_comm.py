@@ -37,6 +37,9 @@ def test_cost_formulas():
     assert m.cost("all_reduce", n, p) == pytest.approx(2 * 3 * 1e-3 + 2 * 3 / 4 * n / 1e6)
     assert m.cost("reduce_scatter", n, p) == pytest.approx(3 * 1e-3 + 3 / 4 * n / 1e6)
     assert m.cost("broadcast", n, p) == pytest.approx(2 * (1e-3 + n / 1e6))
+    assert m.cost("reduce", n, p) == pytest.approx(2 * (1e-3 + n / 1e6))
+    assert m.cost("gather", n, p) == pytest.approx(2 * 1e-3 + 3 * n / 1e6)
+    assert bytes_sent("gather", n, p) == bytes_sent("reduce", n, p) == 3 * n // 4
     assert m.cost("all_reduce", n, 1) == 0.0
     assert bytes_sent("all_reduce", n, 1) == 0
 
@@ -100,6 +103,38 @@ def test_collectives_results_and_ledger_bytes(ring):
         ]
         assert o["totals"]["global_reductions"] == 3 and o["totals"]["local_reductions"] == 2
         assert o["totals"]["collectives"] == 7
+
+
+def _root_collectives(rank, world):
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
+    root = world - 1
+    out = torch.empty(world * 3) if rank == root else None
+    comm.gather(out, torch.full((3,), float(rank)), dst=root)
+    total = torch.full((4,), float(rank + 1))
+    comm.reduce(total, dst=root, op="avg")
+    s = torch.full((2,), float(rank + 1))
+    h = comm.reduce(s, dst=0, async_op=True)
+    h.wait()
+    result = dict(gathered=None if out is None else out.tolist(), avg=total.tolist(), sum=s.tolist(),
+                  totals=comm.ledger.totals(),
+                  entries=[(e.kind, e.nbytes, e.sent) for e in comm.ledger.entries])
+    comm.close()
+    return result
+
+
+@pytest.mark.multiproc
+def test_gather_and_reduce_to_a_root_and_their_ledger_bytes():
+    world = 3
+    outs = run_ranks(_root_collectives, world)
+    assert outs[world - 1]["gathered"] == [float(r) for r in range(world) for _ in range(3)]
+    assert outs[world - 1]["avg"] == [2.0] * 4                  # (1 + 2 + 3) / 3 on the root
+    assert outs[0]["sum"] == [6.0] * 2
+    for o in outs:
+        assert o["entries"] == [("gather", 12, round(2 / 3 * 12)), ("reduce", 16, round(2 / 3 * 16)),
+                                ("reduce", 8, round(2 / 3 * 8))]
+        assert o["totals"]["global_reductions"] == 2 and o["totals"]["collectives"] == 3
 
 
 def _timed_allreduce(rank, world, numel, spec):

@@ -1,5 +1,6 @@
-"""EF-SGD (compressed_sgd), DoubleSqueeze and LIEC-SGD: equivalences with S-SGD, the ledger's
-bytes, the replicated server, and the compressors as a DDP communication hook."""
+"""MEM-SGD (compressed_sgd), DoubleSqueeze and LIEC-SGD through the root topology: equivalences
+with S-SGD, the server error's flush, the ledger's bytes, the evaluated model; and the compressors
+as a DDP communication hook."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,23 +21,20 @@ def _model(result) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.multiproc
-def test_liec_is_not_ssgd_when_compressing_and_ranks_agree():
-    r = distsgd.run(algo="liec_sgd", params={"ratio": 0.05}, **SMALL)
+def test_liec_run_evaluates_the_average_and_ends_on_it():
+    r = distsgd.run(algo="liec_sgd", params={"period": 4}, **{**SMALL, "eval_every": 5})
     assert r.summary["max_rank_spread_final_train_loss"] == pytest.approx(0, abs=1e-6)
-    d = sum(v.numel() for v in _model(r).values())
-    comm = r.comm()
-    assert set(comm.kind) == {"all_gather"}
-    k = -(-d * 5 // 100)                                  # ceil(0.05 d)
-    assert set(comm.nbytes) == {2 * 8 * k}                # 2 ranks x (k values + k int32 indices)
-    m = r.metrics.iloc[-1]
-    assert m.up_bytes == m.down_bytes == 10 * 8 * k       # parameter-server view, per worker
+    assert set(r.comm().kind) == {"gather", "reduce", "broadcast"}
 
 
 # ---------------------------------------------------------------- in-process ranks (Comm level)
-def _exchange_and_server(rank: int, world: int) -> dict:
-    """average() of every compressor against a local reference and the ledger's bytes; then a few
-    steps of S-SGD, the uncompressed limits of EF-SGD / DoubleSqueeze / LIEC-SGD, and compressed
-    LIEC-SGD and DoubleSqueeze on a tiny model (server error and parameters of every rank)."""
+BUCKET_MB = 0.0004          # 419 bytes: the tiny MLP's buckets are [w1] (200) and [b1, w2, b2] (41)
+SIZES = (200, 41)
+
+
+def _exchange_and_runs(rank: int, world: int) -> dict:
+    """average() of every compressor (the DDP hook's exchange) against a local reference; then
+    6 steps of S-SGD and of the root-topology algorithms on a tiny model."""
     from distsgd.algorithms import create
     from distsgd.comm import Comm
     from distsgd.compress.exchange import average
@@ -55,62 +53,110 @@ def _exchange_and_server(rank: int, world: int) -> dict:
         want = sum(c(xs[r], seeds[r]) for r in range(world)) / world
         e = comm.ledger.entries[-1]
         out["exchange"][name] = ((got - want).abs().max().item(), e.kind, e.nbytes, c.wire_bytes(d))
+    b = {"bucket_mb": BUCKET_MB}
     runs = {"ssgd": ("ssgd", {"overlap": False}),
-            "ef_ratio1": ("compressed_sgd", {"compressor": "topk", "ratio": 1.0}),
-            "ds_none": ("double_squeeze", {"compressor": "none"}),
-            "liec_none": ("liec_sgd", {"compressor": "none"}),
-            "liec_sgd": ("liec_sgd", {"compressor": "topk", "ratio": 0.1}),
-            "liec_drop": ("liec_sgd", {"compressor": "topk", "ratio": 0.1, "local_error": "drop"}),
-            "double_squeeze": ("double_squeeze", {"compressor": "topk", "ratio": 0.1})}
+            "liec_h1": ("liec_sgd", {**b, "period": 1}),
+            "liec_none_h3": ("liec_sgd", {**b, "compressor": "none", "period": 3}),
+            "mem_none": ("compressed_sgd", {**b, "compressor": "none"}),
+            "ds_none": ("double_squeeze", {**b, "compressor": "none"}),
+            "liec_h3": ("liec_sgd", {**b, "period": 3}),
+            "mem": ("compressed_sgd", b),
+            "ds": ("double_squeeze", b)}
     for key, (algo, params) in runs.items():
         out[key] = _train_tiny(comm, create(algo, params), Config(), rank)
     comm.close()
     return out
 
 
-def _train_tiny(comm, algo, config, rank: int) -> tuple[np.ndarray | None, np.ndarray]:
-    """6 steps of momentum SGD with weight decay on a tiny MLP, different data on every rank;
-    returns (server error or None, final parameters), as numpy arrays (sent between processes)."""
+def _train_tiny(comm, algo, config, rank: int) -> dict:
+    """6 steps of momentum SGD with weight decay on a tiny MLP, different data on every rank:
+    per step the server error's norm (root; None without one), the ledger entries (kind, nbytes)
+    and the parameters; the parameters after finalize()."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
     algo.setup(model, opt, comm, config)
     gen = torch.Generator().manual_seed(100 + rank)
+    params = lambda: torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+    out = {"error": [], "entries": [], "params": []}
     for step in range(6):
         comm.step = step
+        n0 = len(comm.ledger.entries)
         opt.zero_grad()
         model(torch.randn(32, 10, generator=gen)).pow(2).mean().backward()
         algo.after_backward(step)
         algo.optimizer_step(step)
         algo.after_step(step)
+        memory = getattr(algo, "server_memory", None)
+        out["error"].append(None if memory is None or memory.error is None else memory.error.norm().item())
+        out["entries"].append([(e.kind, e.nbytes) for e in comm.ledger.entries[n0:]])
+        out["params"].append(params())
     algo.finalize()
-    error = algo.server_memory.error.numpy().copy() if hasattr(algo, "server_memory") else None
-    return error, torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    out["final"] = params()
+    return out
+
+
+def _same(a, b) -> None:
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return run_ranks(_exchange_and_runs, 3)
 
 
 @pytest.mark.multiproc
-def test_exchange_bytes_and_replicated_server_state():
-    world = 3
-    res = run_ranks(_exchange_and_server, world)
-    for name, (err, kind, nbytes, wire) in res[0]["exchange"].items():
+def test_exchange_of_every_compressor(runs):
+    for name, (err, kind, nbytes, wire) in runs[0]["exchange"].items():
         assert err < 1e-5, name
         if name in ("none", "randk"):
             assert (kind, nbytes) == ("all_reduce", wire), name
         else:
-            assert (kind, nbytes) == ("all_gather", world * wire), name
-    assert not np.allclose(res[0]["liec_sgd"][1], res[0]["liec_drop"][1])   # the two readings differ
-    assert not np.allclose(res[0]["liec_sgd"][1], res[0]["double_squeeze"][1])
-    for algo in ("liec_sgd", "liec_drop", "double_squeeze"):
-        e0, x0 = res[0][algo]
-        assert np.abs(e0).sum() > 0
-        assert not np.allclose(x0, res[0]["ssgd"][1])               # compression changed the run
-        for r in range(1, world):
-            assert np.array_equal(res[r][algo][0], e0), (algo, r)  # server error identical
-            assert np.array_equal(res[r][algo][1], x0), (algo, r)  # so is the global model
-    for key in ("ef_ratio1", "ds_none", "liec_none"):      # uncompressed limits are S-SGD
-        for r in range(world):
-            np.testing.assert_allclose(res[r][key][1], res[r]["ssgd"][1], atol=1e-6, rtol=1e-5,
-                                       err_msg=key)
+            assert (kind, nbytes) == ("all_gather", 3 * wire), name
+
+
+@pytest.mark.multiproc
+def test_uncompressed_limits_are_synchronous_sgd(runs):
+    """H = 1 (compressed or not) and the identity compressor for H = 3 equal S-SGD step for step;
+    so do MEM-SGD and DoubleSqueeze with the identity compressor."""
+    for key in ("liec_h1", "liec_none_h3", "mem_none", "ds_none"):
+        for r in range(3):
+            for step in range(6):
+                _same(runs[r][key]["params"][step], runs[r]["ssgd"]["params"][step])
+
+
+@pytest.mark.multiproc
+def test_liec_flushes_the_server_error_and_its_models_drift_between_averagings(runs):
+    errors = runs[0]["liec_h3"]["error"]
+    for step, e in enumerate(errors):
+        if (step + 1) % 3 == 0:
+            assert e == 0.0, step                   # flushed at every averaging step
+        else:
+            assert e > 0, step
+    assert all(e is None for e in runs[1]["liec_h3"]["error"])      # the server is the root only
+    x = [runs[r]["liec_h3"]["params"] for r in range(3)]
+    assert not np.allclose(x[0][0], x[1][0])                         # own models after step 0
+    assert not np.allclose(x[0][0], runs[0]["ssgd"]["params"][0])    # compression changed the run
+    for r in (1, 2):
+        _same(runs[r]["liec_h3"]["final"], runs[0]["liec_h3"]["final"])   # finalize: the average
+
+
+@pytest.mark.multiproc
+def test_ledger_bytes_are_the_papers(runs):
+    """Per bucket of d_b entries: scaled sign up (gather) and down (broadcast) ceil(d_b/8) + 4
+    bytes; LIEC's averaging step: the model and the gradient reduced and broadcast, 4 d_b each;
+    MEM-SGD: sign up, dense down."""
+    sign = [-(-d // 8) + 4 for d in SIZES]
+    dense = [4 * d for d in SIZES]
+    compressed = [("gather", w) for w in sign] + [("broadcast", w) for w in sign]
+    averaging = [("reduce", w) for w in dense] + [("broadcast", w) for w in dense]
+    for r in range(3):
+        entries = runs[r]["liec_h3"]["entries"]
+        for step in range(6):
+            assert entries[step] == (averaging * 2 if (step + 1) % 3 == 0 else compressed), step
+        assert runs[r]["ds"]["entries"][0] == compressed
+        assert runs[r]["mem"]["entries"][0] == [("gather", w) for w in sign] + [("broadcast", w) for w in dense]
+        assert runs[r]["mem_none"]["entries"][0] == averaging        # P-SGD: reduce, broadcast
 
 
 def _ddp_with_hooks(rank: int, world: int) -> dict:

@@ -153,10 +153,11 @@ class Trainer:
                        "lr": lr, **self.algo.metrics()}
                 if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
                     te = time.perf_counter()
-                    row["test_loss"], row["test_acc"] = evaluate(
-                        self.model, self.ds, "test", self.device, c.eval_samples)
-                    if c.eval_train:
-                        row["train_objective"] = self.objective()
+                    with self.algo.evaluating():     # the model the algorithm's authors evaluate
+                        row["test_loss"], row["test_acc"] = evaluate(
+                            self.model, self.ds, "test", self.device, c.eval_samples)
+                        if c.eval_train:
+                            row["train_objective"] = self.objective()
                     self.eval_s += time.perf_counter() - te
                 self.rows.append(row)
                 progress.update(done, row["train_loss"])

@@ -10,7 +10,12 @@ calls, every step:
     algo.after_step(step)         # model averaging, launching background communication
 
 and `finalize()` once at the end (drain in-flight communication so that every rank holds the
-model that is evaluated).
+model that is evaluated). During the run the loop evaluates (test metrics, training objective)
+inside ``with algo.evaluating():``; by default that is each rank's own model as it is. An
+algorithm whose authors evaluate another model swaps it in there and restores the training state
+on exit: LIEC-SGD evaluates the average of the workers' models and trains on from each worker's
+own. The periodic-averaging algorithms (local_sgd, kavg, vrl_sgd, ...) keep the default: between
+averagings every rank evaluates its own model, and their `finalize()` averages at the end.
 
 What a subclass declares, each in one place:
 
@@ -30,9 +35,10 @@ What a subclass declares, each in one place:
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -156,6 +162,12 @@ class Algorithm:
 
     def finalize(self) -> None:
         pass
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Inside: `self.model` is the model to evaluate during the run (see the module doc).
+        Default: this rank's own model, untouched."""
+        yield
 
     def hook(self, handle: RemovableHandle) -> None:
         """Keep a hook registered on the model (a gradient or forward hook) for close()."""

@@ -56,19 +56,25 @@ class Bucket:
 
 def make_buckets(params: list[torch.nn.Parameter], cap_bytes: float, pad_to: int = 1) -> list[Bucket]:
     """Group `params` (in the order given, usually backward order) into consecutive buckets of at
-    most `cap_bytes` (a single tensor larger than the cap gets a bucket of its own; a cap of 0
-    gives one bucket per tensor)."""
-    buckets, current, size = [], [], 0
+    most `cap_bytes` (see `plan_groups`)."""
+    return [Bucket(group, pad_to) for group in plan_groups(params, cap_bytes)]
+
+
+def plan_groups(params: list[torch.Tensor], cap_bytes: float) -> list[list[torch.Tensor]]:
+    """`params` (in the order given) cut into consecutive groups of at most `cap_bytes` and one
+    dtype (a single tensor larger than the cap gets a group of its own; a cap of 0 gives one group
+    per tensor): the rule of DDP's buckets and of torch's `_take_tensors`."""
+    groups, current, size = [], [], 0
     for p in params:
         nbytes = p.numel() * p.element_size()
         if current and (size + nbytes > cap_bytes or p.dtype != current[0].dtype):
-            buckets.append(Bucket(current, pad_to))
+            groups.append(current)
             current, size = [], 0
         current.append(p)
         size += nbytes
     if current:
-        buckets.append(Bucket(current, pad_to))
-    return buckets
+        groups.append(current)
+    return groups
 
 
 def group_sizes(params: list[torch.nn.Parameter], sizes: list[int], pad_to: int = 1) -> list[Bucket]:

@@ -1,34 +1,31 @@
-"""Compressed SGD with optional worker-side error feedback: EF-SGD / MEM-SGD.
-
-Unidirectional compression (workers -> aggregate; the average is used dense). With
-`error_feedback` (Stich, Cordonnier & Jaggi 2018, MEM-SGD, Algorithm 1; Karimireddy et al. 2019,
-EF-SGD, Algorithm 2), in gradient units:
+"""MEM-SGD / EF-SGD: compressed gradients up, the dense average down (the authors' `memsgd` in
+`chengyif/LIEC-SGD` main.py; Stich, Cordonnier & Jaggi 2018, MEM-SGD, Algorithm 1; Karimireddy
+et al. 2019, EF-SGD, Algorithm 2). In gradient units, per bucket (compression.py):
 
     p_i = g_i + e_i                   g_i = grad F(x; xi_i), e_i the worker's residual (init 0)
     c_i = C(p_i);  e_i <- p_i - c_i   (compress.memory.ErrorFeedback)
-    g   = (1/N) sum_i c_i             (compress.exchange.average: all-gather or all-reduce)
+    root: g = (1/N) sum_i c_i         (gather to the root), broadcast dense (4 d bytes)
     x  <- optimizer_step(x, g)        identical on every rank
 
-Without error feedback, c_i = C(g_i) and the residual is dropped. The papers write the residual
+Without `error_feedback`, c_i = C(g_i) and the residual is dropped. The papers write the residual
 in units of gamma*g; keeping it in gradient units is the same with a constant learning rate.
-With compressor "none" (or topk at ratio 1) this is S-SGD. Parameter-server traffic per worker
-(the `up_bytes`/`down_bytes` metrics): up |C(p_i)|, down 4d (the dense average).
+With compressor "none" this is P-SGD (the authors' `psgd`: dense reduce to the root, broadcast),
+synchronous SGD with the root topology's bytes.
 """
 from __future__ import annotations
 
 from ..compress import ErrorFeedback
-from ..compress.exchange import average
 from .base import Param
-from .compression import PARAMS, WORKER, CompressedAlgorithm
+from .compression import PARAMS, CompressedAlgorithm
 from .registry import register
 
 
 @register
 class CompressedSGD(CompressedAlgorithm):
     name = "compressed_sgd"
-    summary = "EF-SGD / MEM-SGD: compressed gradients (all-gathered) with worker error feedback"
+    summary = "MEM-SGD / EF-SGD: compressed gradients gathered to a root, dense average broadcast"
     params = PARAMS + (
-        Param("error_feedback", True, "keep the worker's compression residual (EF-SGD)"),
+        Param("error_feedback", True, "keep the worker's compression residual (MEM-SGD)"),
     )
 
     error_feedback: bool
@@ -41,10 +38,10 @@ class CompressedSGD(CompressedAlgorithm):
         self.memory = ErrorFeedback()
 
     def after_backward(self, step: int) -> None:
+        super().after_backward(step)
         g = self.flat_grad()
         p = self.memory.compensate(g) if self.error_feedback else g
-        payload, ctx = self.codec.compress(p, self.seed(step, WORKER, self.codec))
+        c, mean = self.upload(p, step)
         if self.error_feedback:
-            self.memory.update(p, self.codec.decompress(payload, ctx))
-        self.set_grad(average(self.comm, self.codec, payload, ctx))
-        self.count(self.codec.wire_bytes(self.numel), 4 * self.numel)
+            self.memory.update(p, c)
+        self.set_grad(self.broadcast_dense(mean))

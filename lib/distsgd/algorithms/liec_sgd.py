@@ -1,103 +1,99 @@
 """LIEC-SGD: Local Immediate Error Compensated SGD (Cheng, Shen, Xu, Qian, Wu, Zhou, Zhang, Tao
-& Chen, arXiv 2402.11857, 2024).
+& Chen, arXiv 2402.11857, 2024), as the authors' code runs it (`chengyif/LIEC-SGD`, main.py,
+method `liec`; ../shared/papers/SPECS.md, section b (1)).
 
-RECONSTRUCTED from the abstract (the paper text and code were not available; see
-../shared/papers/SPECS.md, section b). The abstract fixes: bidirectional compression; each
-worker's local compression error is compensated *immediately* into its own model update; only
-the server keeps an error variable across iterations. Two rules fit those words; `local_error`
-picks one. In gradient units (gamma = current learning rate):
+Every worker trains its own model x_i; the root (rank 0) keeps the server error e. With
+H = `period`, C the compressor per bucket (compression.py; the authors' scaled sign), at step t:
 
-    worker i:  v_i = g_i            (drop)   or   v_i = g_i + delta_i   (carry)
-               c_i = C_w(v_i);  delta_i <- v_i - c_i                     (local error)
-    server:    u = (1/N) sum_i c_i + e;  q = C_s(u);  e <- u - q         (the server's error)
-    worker i:  x   <- optimizer_step(x, q)                               (global model, every rank)
-               x_i <- x - gamma * delta_i                                (immediate local compensation)
+    g_i = grad F(x_i; xi_i)
+    if (t + 1) mod H == 0:                        averaging step, dense
+        x_i <- (1/N) sum_j x_j                    reduce to the root, broadcast (parameters)
+        G = (1/N) sum_j g_j + e;  e <- 0          reduce, the server error flushed, broadcast
+        x_i <- optimizer_step(x_i, G)
+    else:                                         compressed step
+        c_i = C(g_i);  delta_i = g_i - c_i        gathered to the root; delta_i is not stored
+        root: u = (1/N) sum_j c_j + e;  q = C(u);  e <- u - q            (broadcast q)
+        x_i <- optimizer_step(x_i, q + delta_i)   the local immediate compensation
 
-and g_i = grad F(x_i; xi_i) is taken at the local model x_i.
+The optimizer (the authors': SGD, momentum 0, weight decay 5e-4) steps each worker's own model;
+there is no worker error memory. Bytes per step and worker: compressed |C| up and |C| down;
+averaging 4d up and 4d down twice (model and gradient). With H = 1 every step is dense: P-SGD.
+With the identity compressor delta_i = 0 and e = 0, so the models never drift: synchronous SGD
+for any H.
 
-- ``drop`` (reading A, SPECS.md's reconstruction): delta_i lives one step, only to move the point
-  of the next gradient, x_i = x - gamma (g_i - c_i), the global model plus the worker's own full
-  step; the part of g_i that C_w removed never reaches the global model. The worker keeps no
-  state across iterations, as the abstract's "only ... the global error variable" says.
-- ``carry`` (reading B): the local model is the worker's error memory, x_i = x - gamma delta_i
-  holds everything it has not sent yet, and that is sent later, as in error feedback. For one
-  worker without server compression x_i <- x_i - gamma g_i: the local model takes the full,
-  uncompressed step immediately. This is DoubleSqueeze with the gradient taken at x_i instead
-  of at x (double_squeeze.py).
+Evaluation, as in the authors' code: during the run the average of the workers' models is
+evaluated (`evaluating()`; a bookkeeping all-reduce outside the ledger, as evaluation is outside
+the paper's traffic) and training continues from each worker's own model; `finalize()` leaves
+every rank with the average (counted: reduce + broadcast).
 
-`carry` is the default: with `drop` the global model follows sum_t C(g_t), which a biased
-compressor such as top-k can keep away from a stationary point, and the abstract proves
-convergence for any delta-contraction compressor.
-
-The model parameters hold x_i during forward/backward; x is kept as a flat copy and stepped by
-the optimizer (momentum and weight decay act on x with q). `finalize()` loads x, so every rank
-evaluates the same model.
-
-The "server" is replicated deterministically: every rank all-gathers the c_i, forms the same u
-and applies C_s with the same seed, so the server error e is identical on every rank (tested) and
-no parameter-server process or download collective is needed. With identity compressors,
-delta_i = 0 and q = (1/N) sum_i g_i: S-SGD. Parameter-server traffic per worker: up |C_w|,
-down |C_s|.
+Reconstructed / differs: the authors average at (cur_iter + 1) mod H with cur_iter counted over
+epochs; here over the run's steps (the same when an epoch is a whole number of periods, and
+otherwise only a shift of the phase). The authors send each bucket's scale in a message of its
+own; here it travels inside the bucket's payload (the same bytes, one message fewer).
 """
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 
-from ..compress import ErrorFeedback
-from ..compress.exchange import average
 from .base import Param
-from .compression import PARAMS, SERVER, WORKER, CompressedAlgorithm
+from .compression import PARAMS, ServerCompression
 from .flat import flatten, unflatten_into
+from .period import Period
 from .registry import register
-
-LOCAL_ERROR = ("carry", "drop")
 
 
 @register
-class LIECSGD(CompressedAlgorithm):
+class LIECSGD(ServerCompression):
     name = "liec_sgd"
-    summary = "LIEC-SGD (reconstructed): bidirectional compression, immediate local error compensation"
+    summary = "LIEC-SGD (authors' code): compressed steps with immediate local compensation, dense averaging every `period`"
     params = PARAMS + (
-        Param("local_error", "carry", "the worker's compression error: 'carry' it in the local model "
-              "and send it later (reading B), or 'drop' it after moving the next gradient's point "
-              "(reading A)", lambda v: v in LOCAL_ERROR, ", ".join(LOCAL_ERROR)),
+        Param("period", 32, "H: steps between the dense averaging steps (model average, dense "
+              "gradient, server error flushed)", lambda v: v >= 1, "an integer >= 1"),
     )
 
-    local_error: str
+    period: int
 
-    state_fields = ("server_memory", "x_global", "delta")
-    server_memory: ErrorFeedback        # e: the (replicated) server's compression error
-    x_global: torch.Tensor              # x: the global model, flat (the parameters hold x_i)
-    delta: torch.Tensor                 # delta_i: this worker's last compression error
+    state_fields = ("clock",)
+    clock: Period                       # when the next averaging step falls
 
     def build(self) -> None:
         super().build()
-        self.server_memory = ErrorFeedback()
-        self.x_global = flatten([p.detach() for p in self.trainable])
-        self.delta = torch.zeros_like(self.x_global)
+        self.clock = Period(self.period)
+        self.params_data = [p.data for p in self.trainable]
 
     def after_backward(self, step: int) -> None:
-        c = self.codec
-        v_i = self.flat_grad()
-        if self.local_error == "carry":
-            v_i = v_i + self.delta
-        payload, ctx = c.compress(v_i, self.seed(step, WORKER, c))
-        self.delta = v_i - c.decompress(payload, ctx)
-        u = self.server_memory.compensate(average(self.comm, c, payload, ctx))
-        q = c(u, self.seed(step, SERVER, c))
-        self.server_memory.update(u, q)
-        self.set_grad(q)
-        self.count(c.wire_bytes(self.numel), c.wire_bytes(self.numel))
+        super().after_backward(step)
+        g = self.flat_grad()
+        if self.clock.tick():
+            self.average_model()
+            mean = self.reduce_mean(g)
+            if self.is_root:
+                mean = self.server_memory.compensate(mean)
+                self.server_memory.flush()
+            self.set_grad(self.broadcast_dense(mean))
+        else:
+            c, mean = self.upload(g, step)
+            self.set_grad(self.server_step(mean, step) + (g - c))
 
     @torch.no_grad()
-    def optimizer_step(self, step: int) -> None:
-        params = [p.data for p in self.trainable]
-        unflatten_into(self.x_global, params)               # step the global model x
-        self.optimizer.step()
-        self.x_global = flatten(params)
-        lr = self.optimizer.param_groups[0]["lr"]
-        unflatten_into(self.x_global - lr * self.delta, params)   # x_i = x - gamma * delta_i
+    def average_model(self) -> None:
+        """x_i <- (1/N) sum_j x_j, through the root (counted)."""
+        unflatten_into(self.broadcast_dense(self.reduce_mean(flatten(self.params_data))), self.params_data)
 
-    @torch.no_grad()
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """The average of the workers' models while evaluating; each worker's own afterwards."""
+        with torch.no_grad():
+            own = flatten(self.params_data)
+            unflatten_into(self.comm.reduce_uncounted(own.clone(), op="avg"), self.params_data)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                unflatten_into(own, self.params_data)
+
     def finalize(self) -> None:
-        unflatten_into(self.x_global, [p.data for p in self.trainable])
+        self.average_model()

@@ -178,6 +178,29 @@ class Comm:
         return self._issue("all_gather", output, g, None, async_op, lambda: dist.all_gather_single(
             output, input, group=g.pg, async_op=True))
 
+    def gather(self, output: torch.Tensor | None, input: torch.Tensor, dst: int,
+               group: Group | None = None, async_op: bool = False) -> Handle | None:
+        """Global rank `dst`'s `output` (p*n elements) receives every rank's `input` (n), in rank
+        order; the other ranks pass output=None. Recorded with nbytes = n (one rank's message)."""
+        g = group or self.world
+        if self.rank == dst:
+            if output is None or output.numel() != g.size * input.numel():
+                raise ValueError(f"gather: rank {dst} needs an output of {g.size} x {input.numel()} elements")
+            chunks = list(output.view(g.size, -1).unbind(0))
+        else:
+            chunks = None
+        return self._issue("gather", input, g, None, async_op, lambda: dist.gather(
+            input, gather_list=chunks, dst=dst, group=g.pg, async_op=True))
+
+    def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", group: Group | None = None,
+               async_op: bool = False) -> Handle | None:
+        """In-place reduction of every rank's `tensor` into global rank `dst`'s (the others' are
+        left unspecified); op 'avg' divides the sum by the group size on `dst`."""
+        g = group or self.world
+        post = (lambda: tensor.div_(g.size)) if op == "avg" and self.rank == dst else None
+        return self._issue("reduce", tensor, g, post, async_op, lambda: dist.reduce(
+            tensor, dst=dst, op=_OPS[op], group=g.pg, async_op=True))
+
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group | None = None,
                   async_op: bool = False) -> Handle | None:
         """`tensor` takes the value of global rank `src`'s tensor."""

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-REDUCTIONS = ("all_reduce", "reduce_scatter")
+REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 
 
 @dataclass

@@ -9,6 +9,16 @@ messages; Thakur, Rabenseifner & Gropp 2005):
     all_gather       (p-1)*alpha +  (p-1)/p * n/B        sends  (p-1)/p * n per rank (n = output)
     broadcast     ceil(log2 p) * (alpha + n/B)           (binomial tree) sends (p-1)/p * n per rank
                                                          on average: each non-root receives n once
+    reduce        ceil(log2 p) * (alpha + n/B)           (binomial tree, a broadcast reversed) sends
+                                                         (p-1)/p * n per rank on average: the p-1
+                                                         partial sums of n bytes travel once each
+    gather        ceil(log2 p) * alpha + (p-1) * n/B     (n = one rank's message) the root receives
+                                                         (p-1)*n whatever the tree; sends (p-1)/p * n
+                                                         per rank on average: each non-root's n once
+
+For the root collectives (gather, reduce, broadcast) `bytes_sent` is the per-rank average, so a
+rank's ledger shows the same number on the root and on the others; the message a worker sends up
+(gather, reduce) or receives down (broadcast) is the entry's `nbytes`.
 
 With p = 1 a collective costs nothing and sends nothing.
 """
@@ -20,7 +30,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather")
 
 # Named networks, for convenience: --net 10GbE
 PRESETS = {
@@ -56,8 +66,10 @@ class NetModel:
             return 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes * inv_b
         if kind in ("reduce_scatter", "all_gather"):
             return (p - 1) * a + (p - 1) / p * nbytes * inv_b
-        if kind == "broadcast":
+        if kind in ("broadcast", "reduce"):
             return math.ceil(math.log2(p)) * (a + nbytes * inv_b)
+        if kind == "gather":
+            return math.ceil(math.log2(p)) * a + (p - 1) * nbytes * inv_b
         raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
 
 
@@ -67,7 +79,7 @@ def bytes_sent(kind: str, nbytes: int, p: int) -> int:
         return 0
     if kind == "all_reduce":
         return round(2 * (p - 1) * nbytes / p)
-    if kind in ("reduce_scatter", "all_gather", "broadcast"):
+    if kind in ("reduce_scatter", "all_gather", "broadcast", "reduce", "gather"):
         return round((p - 1) * nbytes / p)
     raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
 

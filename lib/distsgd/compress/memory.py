@@ -26,6 +26,11 @@ class ErrorFeedback:
     def update(self, compensated: torch.Tensor, sent: torch.Tensor) -> None:
         self.error = compensated - sent
 
+    def flush(self) -> None:
+        """e <- 0: everything not sent so far was sent by other means (LIEC-SGD's dense step)."""
+        if self.error is not None:
+            self.error = torch.zeros_like(self.error)
+
     def state_dict(self) -> dict[str, Any]:
         return {"error": None if self.error is None else self.error.clone()}
 
