@@ -24,7 +24,7 @@ CASES: dict[str, dict] = {
     "kavg": {"period": 3, "reduction_momentum": 0.5, "optimizer_state": "average"},
     "vrl_sgd": {"period": 3, "warmup": True},
     "stl_sgd": {"period": 1},
-    "ssd_sgd": {"period": 2, "warmup": 2, "glu": "dc"},
+    "ssd_sgd": {"period": 2, "warmup": 2, "local_rule": "dc"},
     "cocod_sgd": {"period": 3},
     "compressed_sgd": {"ratio": 0.1},
     "double_squeeze": {"ratio": 0.1},

@@ -1,48 +1,58 @@
 """SSD-SGD: Several Steps Delay SGD (Xu, Dong et al., "SSD-SGD: communication sparsification for
 distributed deep learning training"; code: github.com/main-520/SSD-SGD, an MXNet fork).
 
-The paper runs on a parameter server: every iteration each worker pushes its gradient and the
-server makes a synchronous momentum-SGD step with the global learning rate; the worker does not
-wait for the new weights but updates a local copy with a local optimizer ("GLU", global gradient
-for local update, local learning rate), and every k iterations it pulls the global weights and
-overwrites its local copy. The pull of period m is applied at the end of period m + 1 (the code
-broadcasts the previously pulled copy, then issues the next pull), so its latency is hidden.
-The first `warmup` iterations are plain S-SGD (push and pull every step).
+Source: the authors' fork as read in SPECS.md h: the timeline of `Push_` / `PullImpl` in
+`src/kvstore/kvstore_dist.h`, the local rules `COSDCASGD` and `DCASGD` of
+`python/mxnet/optimizer/optimizer.py`, the gradient scale of `module.py` (`rescale_grad`).
 
-All-reduce form used here (our reconstruction of the architecture, same arithmetic): the push
-is an ``async_op=True`` all-reduce (average) of the gradient; every rank applies the server's
-update itself to a replica x_g of the global model (all ranks receive the same averaged
-gradients, so the replicas stay identical and the pull needs no transfer). With local model x_l,
-global momentum buffer v, global lr gamma, local lr gamma_l = `local_lr_scale` * gamma:
+Notation: N ranks, g_i this rank's mean gradient over its batch, w_g the server's (global) model,
+v its momentum buffer, L_i this rank's local copy, M_i the model its forward/backward runs on,
+eta the global lr (the run's schedule), eta_l = `local_lr_scale` * eta, mu the run's momentum,
+wd the run's weight decay, applied (as MXNet's default wd_mult does) to the tensors whose name
+ends in ``weight`` only: torch's ``weight`` is MXNet's ``_weight`` (conv, linear) or ``_gamma``
+(norm scale), torch's ``bias`` is MXNet's ``_bias`` or ``_beta``, which get no decay, on the
+server and in the local rules.
 
-    warm-up (t < warmup):   gbar = allreduce_avg(g_i) (blocking);  server(gbar);  x_l <- x_g
-    steps-delay stage, every step t:
-        launch allreduce_avg(g_i(x_l)) -> gbar_t           (async; waited at a later pull)
-        x_l <- x_l - step                                  local update, step by `glu` below
-    every k steps (a pull):
-        wait the pushes of the previous period (`stale_pull`, the paper's; or of this period),
-        server(gbar) for each, in step order;   x_l <- x_g
-    server(gbar):  v <- mu * v + gbar + wd * x_g;   x_g <- x_g - gamma * v      (torch SGD form)
+    server(gbar):  v <- mu v + gbar + wd w_g;   w_g <- w_g - eta v
+    iteration t < `warmup`:  plain S-SGD: gbar = allreduce_avg(g_i);  server(gbar);  M_i = L_i <- w_g
+    iteration t >= `warmup`:
+        push g_i: allreduce_avg(g_i) -> server(gbar_t)           (async: no rank waits for it here)
+        L_i <- LocalRule(L_i, g_i / N)                            (MXNet's rescale_grad = 1/(B N))
+        M_i <- L_i
+        every k-th iteration (t - warmup) % k == k - 1:  pull, L_i <- w_g (holding gbar_t)
 
-Local update rules (`glu`):
-  * "global" (default; reconstructed, SPECS.md h, [proposed]):
-        step = (1 - beta) * gamma_l * (g_i + wd * x_l) + beta * gamma * v,
-    a blend of the own gradient step and the server's last step gamma * v (v: the global momentum
-    buffer after the last pull, i.e. the global update per step), beta = `glu_weight`. The
-    paper's code uses variants of this idea (COSDCASGD: 2g + wd w + 0.5 gs with gs the last
-    weight change, which after a pull holds the global update); its exact coefficients are not
-    reproduced.
-  * "dc": the paper code's `dc_sgd_update` (DC-ASGD delay compensation, Zheng et al. 2017):
-    step = gamma_l * (g_i + wd * x_l + lambda * g_i * g_i * (x_l - x_s)), x_s the last pulled
-    model, lambda = `dc_lambda`.
-  * "none": step = gamma_l * (g_i + wd * x_l), a plain local SGD step (the ablation "without GLU").
+The pull of iteration t does not change M_i: the forward of t + 1 still runs on the pre-pull local
+model, and the local update of t + 1 starts from w_g; the delay is one iteration. Local rules on
+each tensor (states created at the first local update as copies of L_i; `local_num` one counter
+shared by all tensors, incremented per tensor update, in parameter order):
 
-With k = 1, `stale_pull` = false, every pull waits for this step's push: S-SGD exactly (also
-after warm-up). With k = 1 and `stale_pull` = true it is OD-SGD (one-step-delay SGD: the gradient
-at x_{t-1} updates x_t). Floating-point buffers (BatchNorm statistics), which gradients do not
-carry, are averaged by one blocking all-reduce at each pull; models without them send nothing
-at a pull. `finalize()` waits for every push in flight and applies it, so every rank ends with
-x_l = x_g.
+  * "cosdcasgd" (`COSDCASGD`, what the authors' cifar10 script runs; the default):
+        gs = ((1 - eta_l wd) s - w) / 8;   s <- w;   w <- w - eta_l (2 g + wd w + gs / 2)
+    Between pulls w - s is the last local step; right after a pull gs holds the global update.
+  * "dc" (`DCASGD`, lambda = `dc_lambda`): a tensor updated while `local_num` is even takes
+        w <- w - eta_l (g + wd w + lambda g g (w - p)),  p <- w (before the update),
+    one updated while it is odd takes w <- w - eta_l (g + wd w). With T tensors, tensor j at the
+    m-th local iteration sees local_num = m T + j: for an even T the even-indexed tensors always
+    get the delay compensation and the odd ones never, for an odd T every tensor alternates.
+  * "none": w <- w - eta_l (g + wd w), the plain local step (the ablation).
+
+The C++ `dc_sgd_update` behind the authors' class `GLU` passes its arguments in the wrong order
+(SPECS h) and is not a rule here; nor is the blend of an earlier spec (our invention).
+
+What is reconstructed: the all-reduce form of the parameter server (every rank keeps a replica of
+w_g and applies the server's step to the averaged gradients itself; the pushes of a period are
+applied when the pull needs them, at the next iteration's local update, so the pull costs no
+transfer and its latency is hidden behind one forward/backward). The server uses torch's momentum
+form (the kit's S-SGD baseline's), equal to MXNet's (v <- mu v - eta d; w += v) at a constant lr;
+a period's pushes are applied with the lr of the step that drains them. Floating-point buffers
+(BatchNorm statistics) are never communicated, as MXNet does not communicate auxiliary states.
+End state: the authors keep each worker's local model (no final sync); `finalize()` adds a final
+pull for evaluation: every push is applied and every rank ends at w_g. The loop's last
+evaluation (before `finalize`) measures the local models, the final one the pulled w_g.
+
+With local rule "none" and no pull after the warm-up, each rank runs independent local SGD at lr
+eta_l / N on its mean gradient (the 1/N scales the gradient only: weight decay eta_l wd). k = 1 is OD-SGD (one-step delay): the forward still runs on the
+local model, so no k gives S-SGD; a warm-up covering the whole run does.
 """
 from __future__ import annotations
 
@@ -52,7 +62,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Algorithm, Param
-from .flat import average, flatten, unflatten_into
+from .flat import flatten, unflatten_into
 from .inflight import InFlight
 from .period import Period
 from .registry import register
@@ -60,13 +70,13 @@ from .registry import register
 if TYPE_CHECKING:
     from ..config import Config
 
-GLU_MODES = ("global", "dc", "none")
+LOCAL_RULES = ("cosdcasgd", "dc", "none")
 
 
 @register
 class SSDSGD(Algorithm):
     name = "ssd_sgd"
-    summary = "SSD-SGD: async gradient push every step, local (GLU) updates, stale global pull every `period`"
+    summary = "SSD-SGD: async gradient push every step, local rule on a local copy, global pull every `period`"
     params = (
         Param("period", 5, "k: steps between pulls of the global model", lambda v: v >= 1,
               "an integer >= 1"),
@@ -74,30 +84,26 @@ class SSDSGD(Algorithm):
               "an integer >= 0"),
         Param("local_lr_scale", 4.0, "local lr / global lr (paper: 1.6 / 0.4)", lambda v: v > 0,
               "a number > 0"),
-        Param("glu", "global", "local update: global (GLU), dc (delay compensation), none (plain)",
-              lambda v: v in GLU_MODES, ", ".join(GLU_MODES)),
-        Param("glu_weight", 0.5, "beta: weight of the global direction in the GLU local update",
-              lambda v: 0 <= v <= 1, "0 <= beta <= 1"),
-        Param("dc_lambda", 0.04, "lambda of the delay-compensation local update", lambda v: v >= 0,
-              "a number >= 0"),
-        Param("stale_pull", True, "apply the pull one period late (hides its latency); "
-              "false: wait for this period's pushes"),
+        Param("local_rule", "cosdcasgd", "local update: cosdcasgd (authors' cifar10 script), "
+              "dc (their DCASGD), none (plain local SGD step)",
+              lambda v: v in LOCAL_RULES, ", ".join(LOCAL_RULES)),
+        Param("dc_lambda", 0.04, "lambda of the dc local rule", lambda v: v >= 0, "a number >= 0"),
     )
 
     period: int
     warmup: int
     local_lr_scale: float
-    glu: str
-    glu_weight: float
+    local_rule: str
     dc_lambda: float
-    stale_pull: bool
 
-    state_fields = ("x_global", "velocity", "pulled", "current", "previous", "clock")
-    x_global: torch.Tensor              # x_g: the replica of the server's global model, flat
+    state_fields = ("x_global", "velocity", "local", "anchor", "local_num", "current", "due", "clock")
+    x_global: torch.Tensor              # w_g: the replica of the server's global model, flat
     velocity: torch.Tensor              # v: the server's momentum buffer
-    pulled: torch.Tensor                # x_s: the last pulled model (for glu = "dc")
-    current: InFlight                   # averaged gradients pushed in this period
-    previous: InFlight                  # ... and in the last one (applied at the next pull)
+    local: torch.Tensor                 # L_i: the local copy (the model holds M_i)
+    anchor: torch.Tensor                # the local rule's state: s (cosdcasgd) or p (dc)
+    local_num: int                      # the local optimizer's counter, one per tensor update
+    current: InFlight                   # pushes since the last pull
+    due: InFlight                       # pushes the last pull waits for (applied at the next step)
     clock: Period                       # when the next pull falls (ticked after the warm-up)
 
     @classmethod
@@ -107,13 +113,20 @@ class SSDSGD(Algorithm):
                               "ssd_sgd runs its own global (momentum SGD) and local optimizers")
 
     def build(self) -> None:
-        self.params_ = [p for p in self.model.parameters() if p.requires_grad]
-        self.x = [p.data for p in self.params_]                       # the local model x_l
-        self.buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.params_ = [p for _, p in named]
+        self.x = [p.data for p in self.params_]                       # M_i
+        wd = self.config.weight_decay
+        self.decay = torch.cat([torch.full((p.numel(),), wd if n.rsplit(".", 1)[-1] == "weight" else 0.0,
+                                           dtype=p.dtype, device=p.device) for n, p in named])
+        self.odd_tensor = torch.cat([torch.full((p.numel(),), j % 2 == 1, device=p.device)
+                                     for j, p in enumerate(self.params_)])
         self.x_global = flatten(self.x)
         self.velocity = torch.zeros_like(self.x_global)
-        self.pulled = self.x_global.clone()
-        self.current, self.previous = InFlight(), InFlight()
+        self.local = self.x_global.clone()
+        self.anchor = self.x_global.clone()
+        self.local_num = 0
+        self.current, self.due = InFlight(), InFlight()
         self.clock = Period(self.period)
 
     @property
@@ -126,39 +139,23 @@ class SSDSGD(Algorithm):
 
     def _server(self, gbar: torch.Tensor) -> None:
         """The server's synchronous momentum-SGD step on the global model (torch SGD form)."""
-        c = self.config
-        d = gbar.add(self.x_global, alpha=c.weight_decay) if c.weight_decay else gbar
-        self.velocity.mul_(c.momentum).add_(d)
+        self.velocity.mul_(self.config.momentum).add_(gbar).addcmul_(self.decay, self.x_global)
         self.x_global.add_(self.velocity, alpha=-self.lr)
 
-    def _pull(self) -> None:
-        """Apply the awaited pushes to x_g and overwrite the local model with it."""
-        if self.stale_pull:
-            pushes, self.previous, self.current = self.previous, self.current, InFlight()
-        else:
-            pushes, self.current = self.current, InFlight()
-        for gbar in pushes.drain():
-            self._server(gbar)
-        unflatten_into(self.x_global, self.x)
-        self.pulled.copy_(self.x_global)
-        self._average_buffers()
-
-    def _average_buffers(self) -> None:
-        if self.buffers:
-            average(self.comm, self.buffers)
-
-    def _local_step(self, g: torch.Tensor) -> None:
-        x = flatten(self.x)
-        d = g.add(x, alpha=self.config.weight_decay) if self.config.weight_decay else g
-        if self.glu == "dc":
-            d = d + self.dc_lambda * g * g * (x - self.pulled)
-        gamma_l = self.local_lr_scale * self.lr
-        if self.glu == "global":
-            beta = self.glu_weight
-            x.add_(d, alpha=-(1 - beta) * gamma_l).add_(self.velocity, alpha=-beta * self.lr)
-        else:
-            x.add_(d, alpha=-gamma_l)
-        unflatten_into(x, self.x)
+    def _local_rule(self, g: torch.Tensor) -> None:
+        """L_i <- LocalRule(L_i, g) on the rescaled gradient g = g_i / N."""
+        w, eta_l = self.local, self.local_lr_scale * self.lr
+        d = g + self.decay * w
+        if self.local_rule == "cosdcasgd":
+            gs = ((1 - eta_l * self.decay) * self.anchor - w) / 8
+            d = d + g + 0.5 * gs
+            self.anchor.copy_(w)
+        elif self.local_rule == "dc":
+            even = self.odd_tensor == bool(self.local_num % 2)        # local_num + j is even
+            d = d + even * (self.dc_lambda * g * g * (w - self.anchor))
+            self.anchor.copy_(torch.where(even, w, self.anchor))
+            self.local_num += len(self.params_)
+        w.add_(d, alpha=-eta_l)
 
     def optimizer_step(self, step: int) -> None:
         g = self._gradient()
@@ -166,21 +163,28 @@ class SSDSGD(Algorithm):
             self.comm.all_reduce(g, op="avg")
             self._server(g)
             unflatten_into(self.x_global, self.x)
+            self.local.copy_(self.x_global)
+            self.anchor.copy_(self.x_global)      # the local rule's state starts at L_i = w_g
             return
         gbar = g.clone()                                               # filled in by the push
         self.current.add(gbar, self.comm.all_reduce(gbar, op="avg", async_op=True))
-        self._local_step(g)
+        if self.due.items:                        # the pull issued after the last step
+            for pushed in self.due.drain():
+                self._server(pushed)
+            self.local.copy_(self.x_global)
+        self._local_rule(g / self.comm.world_size)
+        unflatten_into(self.local, self.x)
 
     def after_step(self, step: int) -> None:
         if step >= self.warmup and self.clock.tick():
-            self._pull()
+            self.due, self.current = self.current, InFlight()
 
     def finalize(self) -> None:
-        for pushes in (self.previous, self.current):
+        """The kit's final pull (the authors have none): every push applied, M_i <- w_g."""
+        for pushes in (self.due, self.current):
             for gbar in pushes.drain():
                 self._server(gbar)
         unflatten_into(self.x_global, self.x)
-        self._average_buffers()
 
     def metrics(self) -> dict[str, float]:
         return {"period": self.period}
