@@ -206,4 +206,10 @@ def test_deit_and_bert_initialization_has_std_002():
     w = model.blocks[0].ff1.weight
     assert abs(w.std().item() - 0.02) < 0.003 and w.abs().max() <= 0.04
     assert model.blocks[0].ff1.bias.abs().max() == 0 and 0 < model.embed.pos.std() < 0.03
+    assert torch.equal(model.norm.weight, torch.ones(192)) and model.norm.bias.abs().max() == 0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # truncated at 2 std: the normal's tails are redrawn, not clipped (no pile-up at the bounds)
+    w = build_model("bert_base", (4,), 2, vocab=2000).embed.word.weight
+    assert w.abs().max() <= 0.04 and (w.abs() > 0.0399).float().mean() < 1e-3
+    assert abs(w.std().item() - 0.02 * 0.8796) < 5e-4      # std of N(0, 1) truncated at +-2
 
