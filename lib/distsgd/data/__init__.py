@@ -12,10 +12,11 @@ Datasets and their options:
 - ``synthetic-lsq-shift``: least squares whose optimum differs between groups of samples, the
   gradient-diversity knob: ζ² = 4·shift² with ``partition="shards"`` and nproc = groups.
   Options of synthetic-lsq, and groups, shift.
+- ``mnist``: torchvision's layout (``MNIST/raw/*-idx?-ubyte``, or ``.gz``), in memory. No options.
 - ``cifar10``, ``cifar100``: torchvision's python-pickle release, in memory. Option verify.
 - ``imagenet``: train/ and val/ image folders. Options image_size, num_workers.
 
-File-based datasets (CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
+File-based datasets (MNIST, CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
 only CIFAR can be downloaded (`download=True`). Neither applies to the other datasets.
 
 `check_options` validates a dataset name, and a synthetic problem's options, in
@@ -49,6 +50,7 @@ _LOADERS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     "synthetic-logistic": ("synthetic", "load_logistic", ()),
     "synthetic-lsq": ("synthetic", "load_lsq", ()),
     "synthetic-lsq-shift": ("synthetic", "load_lsq_shift", ()),
+    "mnist": ("mnist", "load", ()),
     "cifar10": ("cifar", "load", ("cifar10",)),
     "cifar100": ("cifar", "load", ("cifar100",)),
     "imagenet": ("imagenet", "load", ()),

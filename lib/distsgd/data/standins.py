@@ -2,14 +2,17 @@
 
 The full-profile dry run (``reproduce/run.py --profile full --dry-run``) and tests point
 ``DISTSGD_DATA`` at a directory made by `write_standins`, so that every full-profile config runs
-through the real loaders (torchvision's CIFAR pickle reader, ImageFolder + PIL's JPEG decoder)
+through the real loaders (torchvision's MNIST idx and CIFAR pickle readers, ImageFolder + PIL's
+JPEG decoder)
 without the real data:
 
 - ``cifar10/cifar-10-batches-py/``: ``data_batch_1..5``, ``test_batch``, ``batches.meta``
   (python pickles of ``{"data": uint8 [N, 3072], "labels": [...]}``, as the official release);
 - ``cifar100/cifar-100-python/``: ``train``, ``test``, ``meta`` (``fine_labels``,
   ``coarse_labels``, ``fine_label_names``, ``coarse_label_names``);
-- ``imagenet/{train,val}/<class>/*.JPEG``: tiny JPEG images.
+- ``imagenet/{train,val}/<class>/*.JPEG``: tiny JPEG images;
+- ``mnist/MNIST/raw/``: the four idx files of torchvision's layout (``write_idx``), the training
+  ones gzipped and the test ones not, so that both ways of storing them are read.
 
 Images are uniform noise and labels are drawn at random with a fixed seed: the files exercise
 the code paths, not learning. Their MD5 sums differ from the release's, so CIFAR must be read
@@ -17,6 +20,7 @@ with the data option ``verify=false`` or with ``DISTSGD_DATA_VERIFY=0`` in the e
 """
 from __future__ import annotations
 
+import gzip
 import pickle
 from pathlib import Path
 
@@ -81,8 +85,39 @@ def write_imagenet(root: Path, classes: int = 4, train_per_class: int = 16, val_
     return root
 
 
+IDX_UBYTE = 0x08              # the idx format's type code of unsigned bytes
+
+
+def write_idx(path: Path, array: np.ndarray) -> Path:
+    """`array` (uint8) as an idx file (LeCun's MNIST format: the magic number 0x0000 08 <ndim>, the
+    dimensions as big-endian uint32, the bytes); gzipped when `path` ends in ``.gz``."""
+    header = bytes([0, 0, IDX_UBYTE, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (gzip.open if path.suffix == ".gz" else open)(path, "wb") as f:
+        f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+    return path
+
+
+def write_mnist(root: Path, train: int = 1040, test: int = 200, seed: int = 3,
+                images: np.ndarray | None = None, labels: np.ndarray | None = None) -> Path:
+    """MNIST stand-in under ``root/MNIST/raw`` (train files gzipped, test files not): `images`
+    (uint8 [N, 28, 28]) and `labels` if given, the first `train` of them for training and the
+    rest for testing; otherwise noise images and random labels."""
+    if images is None:
+        rng = np.random.default_rng(seed)
+        images = rng.integers(0, 256, size=(train + test, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, train + test).astype(np.uint8)
+    folder = root / "MNIST" / "raw"
+    write_idx(folder / "train-images-idx3-ubyte.gz", images[:train])
+    write_idx(folder / "train-labels-idx1-ubyte.gz", labels[:train])
+    write_idx(folder / "t10k-images-idx3-ubyte", images[train:])
+    write_idx(folder / "t10k-labels-idx1-ubyte", labels[train:])
+    return folder
+
+
 def write_standins(data_root: Path) -> Path:
     """All stand-ins under `data_root` in the layout `paths.data_root()` expects; returns it."""
+    write_mnist(data_root / "mnist")
     write_cifar10(data_root / "cifar10")
     write_cifar100(data_root / "cifar100")
     write_imagenet(data_root / "imagenet")

@@ -4,10 +4,18 @@
   ``num_classes=1``).
 - ``mlp``: Flatten + Linear/ReLU layers; option ``hidden`` (default ``(256, 256)``).
 - ``cnn``: two 3x3 conv blocks (32, 64 channels) for 8x8 to 32x32 images.
-- ``resnet18``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a side.
-- ``vgg16``: torchvision's VGG-16-BN, CIFAR head for inputs up to 64 pixels a side.
+- ``lenet5``: LeNet-5 (LeCun et al. 1998; ReLU, max-pool), 61,706 parameters for MNIST (VRL-SGD).
+- ``resnet20``: the CIFAR ResNet-20 of He et al. 2016, Sec. 4.2, option-A shortcuts, 0.27 M
+  parameters (SSD-SGD).
+- ``resnet18``, ``resnet34``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a
+  side (ResNet-18: CoCoD-SGD, LIEC-SGD; ResNet-34: LIEC-SGD on CIFAR-100).
+- ``vgg16``: torchvision's VGG-16-BN, CIFAR head for inputs up to 64 pixels a side (CoCoD-SGD).
 - ``transformer``: a stack of pre-norm transformer blocks over tokens cut from the flat input;
   options ``dim``, ``depth``, ``heads``, ``tokens``.
+- ``vit_tiny``: DeiT-Tiny (Touvron et al. 2021; DropIT), patch 4 for inputs up to 64 pixels a
+  side, else 16; options ``patch``, ``dim``, ``depth``, ``heads``.
+- ``bert_base``, ``bert_large``: BERT-Base/Large-like encoders (Devlin et al. 2019; DeAR, the
+  survey) over token ids, input shape ``(seq_len,)``; option ``vocab`` (default 30522).
 
 Every model also takes the option ``dropit``: ``{"gamma": γ, "strategy": "mink" | "random"}``
 (strategy default ``mink``) trains its Linear and Conv2d layers with DropIT
@@ -35,10 +43,16 @@ _BUILDERS: dict[str, str] = {
     "logistic": "linear",
     "mlp": "linear",
     "cnn": "cnn",
+    "lenet5": "cnn",
+    "resnet20": "resnet",
     "resnet18": "resnet",
+    "resnet34": "resnet",
     "resnet50": "resnet",
     "vgg16": "vgg",
     "transformer": "transformer",
+    "vit_tiny": "transformer",
+    "bert_base": "transformer",
+    "bert_large": "transformer",
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 DROPIT = "dropit"                   # the option every model takes: train it with DropIT
