@@ -177,3 +177,17 @@ def test_a_script_without_main_guard_runs_once(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("RUNS") == 1 and "RUNS 1" in proc.stdout, proc.stdout
+
+
+def test_a_run_directory_with_a_space_and_an_equals_sign(tmp_path):
+    """The ranks meet through a file in the run directory: its URL must name that very file
+    (a percent-escaped path made them wait for each other until the 5-minute join timeout)."""
+    out = tmp_path / "my runs" / "nproc=2"
+    from urllib.parse import urlparse
+
+    from distsgd.comm.comm import INIT_METHOD_ENV
+    from distsgd.launch import local_rank_env, rendezvous_file
+    rendezvous = rendezvous_file(out)
+    assert urlparse(local_rank_env(0, 2, rendezvous)[INIT_METHOD_ENV]).path == str(rendezvous)   # as torch reads it
+    r = distsgd.run(out=str(out), **{**SMALL, "steps": 3, "timeout_s": 30.0})   # fails, not hangs
+    assert r.summary["status"] == "finished" and str(r.path).startswith(str(out))

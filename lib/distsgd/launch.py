@@ -72,6 +72,17 @@ def rendezvous_file(directory: Path) -> Path:
     return Path(directory).resolve() / f"rendezvous-{uuid.uuid4().hex}"
 
 
+def file_url(path: Path) -> str:
+    """The file:// URL of `path` as torch's file rendezvous reads it: it takes the URL's path
+    verbatim (`urlparse(url).path`, no percent-decoding), so `Path.as_uri()`'s escapes (' ' ->
+    %20, '=' -> %3D) would name another file and the ranks would wait for each other until the
+    join timeout. '?' and '#' cannot be carried (they start the query and fragment): refused."""
+    text = str(path)
+    if "?" in text or "#" in text:
+        raise ValueError(f"a run directory for local ranks may not contain '?' or '#': {text}")
+    return "file://" + text
+
+
 def local_rank_env(rank: int, world_size: int, rendezvous: Path) -> dict[str, str]:
     """What local rank `rank` needs to join its group (`distsgd.comm.join_group`): the torchrun
     variables and a file rendezvous instead of a TCP store (which would listen on every interface),
@@ -79,7 +90,7 @@ def local_rank_env(rank: int, world_size: int, rendezvous: Path) -> dict[str, st
     socket that another host can reach."""
     lo = loopback_interface()
     return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: rendezvous.as_uri(),
+            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: file_url(rendezvous),
             "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
 
 
