@@ -75,7 +75,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("eval-samples-0", ["--eval-samples", "0"], "eval_samples"),
     ("warmup-negative", ["--warmup-steps", "-1"], "warmup_steps"),
     ("seed-negative", ["--seed", "-1"], "seed"),
-    ("unknown-data", ["--data", "mnist"], "data"),
+    ("unknown-data", ["--data", "svhn"], "data"),
     ("unknown-model", ["--model", "gpt"], "model"),
     ("bad-partition", ["--partition", "dirichlet:-1"], "partition"),
     ("bad-shards", ["--partition", "shards:0"], "partition"),

@@ -62,7 +62,7 @@ def test_digits_split_is_fixed_whatever_the_run_seed(digits):
 
 def test_unknown_dataset_names_the_data_field():
     with pytest.raises(ConfigError) as err:
-        load_data("mnist")
+        load_data("svhn")
     assert err.value.field == "data" and "digits" in str(err.value)
 
 

@@ -77,7 +77,7 @@ def test_failing_worker_fails_the_run_fast_naming_its_rank(monkeypatch, how):
 
 
 @pytest.mark.parametrize("fields, field", [
-    (dict(algo="nope"), "algo"), (dict(nproc=0), "nproc"), (dict(data="mnist"), "data"),
+    (dict(algo="nope"), "algo"), (dict(nproc=0), "nproc"), (dict(data="svhn"), "data"),
     (dict(net="bandwidth=fast"), "net"), (dict(model="gpt"), "model"),
     (dict(partition="dirichlet:-1"), "partition"), (dict(algo="local_sgd", params={"period": 0}), "params.period"),
     (dict(algo="ssgd", params={"period": 4}), "params"), (dict(optimizer="lion"), "optimizer"),
