@@ -21,33 +21,70 @@ rank's ledger shows the same number on the root and on the others; the message a
 (gather, reduce) or receives down (broadcast) is the entry's `nbytes`.
 
 With p = 1 a collective costs nothing and sends nothing.
+
+Networks are named on the command line (``--net``, and ``--intra`` for the link inside a node):
+a preset below; ``bandwidth=<B>,latency=<L>`` or the short ``<B>,<L>``; or a user's own network
+with a label for tables, ``NAME:bandwidth=9.9Gbps,latency=50us`` (`named_net` returns the label).
+Bandwidth units: bits per second ``bit Kbit Mbit Gbit`` or ``bps Kbps Mbps Gbps``; bytes per
+second ``B KB MB GB`` or ``Bps KBps MBps GBps`` (decimal prefixes, b = bit, B = byte). Latency:
+``s ms us ns``. The bandwidth is B of the formulas above: what one rank sends per second on its
+link in a ring, which is what nccl-tests calls the bus bandwidth (`distsgd.comm.nccl_tests` fits
+both numbers from an ``all_reduce_perf`` log). The presets are peak figures:
+
+  preset   bandwidth   latency  source
+  1GbE     1Gbit       50us     IEEE 802.3ab (1 Gb/s); latency: the kit's original value, no cited figure
+  10GbE    10Gbit      20us     IEEE 802.3ae (10 Gb/s); 20 us end-to-end TCP latency measured by Hurwitz &
+                                Feng, "Initial end-to-end performance evaluation of 10-Gigabit Ethernet", HOTI 2003
+  25GbE    25Gbit      10us     IEEE 802.3by (25 Gb/s); latency: the kit's original value, no cited figure
+  IB-EDR   100Gbit     2us      EDR 4x 25.78125 Gb/s, 64b/66b = 100 Gb/s (NVIDIA ConnectX-5 VPI user manual);
+                                adapter < 0.6 us (ConnectX-5 product brief) and NCCL's 2.7 us per inter-node ring
+                                step (nccl src/graph/tuning.cc, hwLat NET/Ring/LL) bracket the kit's 2 us, kept
+  IB-HDR   200Gbit     2us      HDR 200 Gb/s, sub-600 ns adapter latency (NVIDIA ConnectX-6 VPI user manual);
+                                latency as IB-EDR
+  PCIe3    15.75GB     1us      PCIe 3.0 x16: 8 GT/s x 16 lanes x 128b/130b = 15.75 GB/s per direction (PCI-SIG
+                                base specification 3.0); 1.0 us per ring step over PCI (tuning.cc, hwLat PCI/Ring/LL)
+  PCIe4    31.5GB      1us      PCIe 4.0 x16: 16 GT/s x 16 x 128b/130b = 31.5 GB/s per direction (PCI-SIG base
+                                specification 4.0); latency as PCIe3
+  NVLink   150GB       0.47us   V100 NVLink 2.0: 6 links x 25 GB/s per direction (NVIDIA DGX-1 with Tesla V100
+                                system architecture white paper); 0.47 us per ring step (tuning.cc, NVLINK/Ring/LL)
+  NVLink3  300GB       0.47us   A100 NVLink 3.0: 12 links, 600 GB/s both directions = 300 GB/s per direction (NVIDIA
+                                A100 Tensor Core GPU architecture white paper); latency as NVLink
+
+Measured bus bandwidths stay below these peaks (a V100's six NVLinks deliver about 96% of 150 GB/s
+in p2pBandwidthLatencyTest, Dell EMC's V100-SXM2 study): fit your own with ``--nccl-tests``.
 """
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ConfigError
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather")
 
-# Named networks, for convenience: --net 10GbE
+# Named networks (--net 10GbE, --intra NVLink): values and sources in the module doc's table.
 PRESETS = {
     "1GbE": "bandwidth=1Gbit,latency=50us",
     "10GbE": "bandwidth=10Gbit,latency=20us",
     "25GbE": "bandwidth=25Gbit,latency=10us",
     "IB-EDR": "bandwidth=100Gbit,latency=2us",
+    "IB-HDR": "bandwidth=200Gbit,latency=2us",
+    "PCIe3": "bandwidth=15.75GB,latency=1us",
+    "PCIe4": "bandwidth=31.5GB,latency=1us",
+    "NVLink": "bandwidth=150GB,latency=0.47us",
+    "NVLink3": "bandwidth=300GB,latency=0.47us",
 }
+_PRESET_NAMES = {name.lower(): name for name in PRESETS}    # presets are matched case-insensitively
 
-_BANDWIDTH_UNITS = {  # -> bytes per second
-    "bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
-    "b": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9,
-}
+_PREFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_NAME = re.compile(r"[A-Za-z0-9][\w.+-]*")
 NET_FORMAT = ("'' (no emulation), a preset (" + ", ".join(PRESETS) + "), "
-              "'bandwidth=<number><bit|Kbit|Mbit|Gbit|B|KB|MB|GB>,latency=<number><s|ms|us|ns>', "
-              "or the short form '<bandwidth>,<latency>' (e.g. 100Mbit,100us)")
+              "'bandwidth=<number><bit|Kbit|Mbit|Gbit|bps|Kbps|Mbps|Gbps|B|KB|MB|GB|Bps|KBps|MBps|GBps>,"
+              "latency=<number><s|ms|us|ns>', the short form '<bandwidth>,<latency>' (e.g. 100Mbit,100us), "
+              "either one after a label 'NAME:' (e.g. mine:bandwidth=9.9Gbps,latency=50us)")
 
 
 @dataclass(frozen=True)
@@ -84,41 +121,85 @@ def bytes_sent(kind: str, nbytes: int, p: int) -> int:
     raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
 
 
-def parse_net(spec: str | None) -> NetModel | None:
+def parse_net(spec: str | None, field: str = "net") -> NetModel | None:
     """Parse ``--net``: '' -> None (no emulation); a preset name; 'bandwidth=..,latency=..';
-    or the short positional form 'BANDWIDTH[,LATENCY]' (e.g. '100Mbit,100us'), which also fits
-    places where '=' is awkward (papermill's parameter parser rejects it inside strings)."""
-    if spec is None or not str(spec).strip():
-        return None
-    spec = PRESETS.get(str(spec).strip(), str(spec).strip())
+    the short positional form 'BANDWIDTH[,LATENCY]' (e.g. '100Mbit,100us'), which also fits
+    places where '=' is awkward (papermill's parameter parser rejects it inside strings); any of
+    these after a label 'NAME:'. A bad spec raises ConfigError naming `field` (e.g. 'intra')."""
+    return named_net(spec, field)[1]
+
+
+def named_net(spec: str | None, field: str = "net") -> tuple[str, NetModel | None]:
+    """(label, network) of a ``--net`` spec (see `parse_net`): the label is NAME of 'NAME:spec',
+    else the preset's name, else the spec itself; '' -> ('', None)."""
+    text = "" if spec is None else str(spec).strip()
+    label, sep, body = text.partition(":")
+    if not sep:
+        label, body = "", text
+    else:
+        label, body = label.strip(), body.strip()
+        if not _NAME.fullmatch(label) or not body:
+            raise ConfigError(field, text, NET_FORMAT,
+                              "a label is letters, digits, '_', '.', '+', '-' followed by ':' and a network")
+    if not body:
+        return "", None
+    preset = _PRESET_NAMES.get(body.lower())
+    if preset is not None:
+        return (label or preset), _parse_fields(PRESETS[preset], text, field)
+    if "=" not in body and "," not in body and not re.match(r"[-+.0-9]", body):
+        raise ConfigError(field, text, NET_FORMAT, f"{body!r} is neither a preset nor <number><unit>")
+    return (label or body), _parse_fields(body, text, field)
+
+
+def _parse_fields(body: str, spec: str, field: str) -> NetModel:
+    """NetModel of 'bandwidth=..,latency=..' or 'BANDWIDTH[,LATENCY]' (`spec` is quoted in errors)."""
     fields: dict[str, str] = {}
-    for position, part in enumerate(spec.split(",")):
+    for position, part in enumerate(body.split(",")):
         key, sep, value = part.partition("=")
         if not sep:                                  # positional: bandwidth, then latency
             key, value = ("bandwidth", "latency")[min(position, 1)], part
             if position > 1:
-                raise ConfigError("net", spec, NET_FORMAT)
+                raise ConfigError(field, spec, NET_FORMAT, "at most two positional values")
         key = key.strip()
         if key not in ("bandwidth", "latency") or key in fields:
-            raise ConfigError("net", spec, NET_FORMAT)
+            raise ConfigError(field, spec, NET_FORMAT, f"unknown or repeated key {key!r}")
         fields[key] = value.strip()
     if "bandwidth" not in fields:
-        raise ConfigError("net", spec, NET_FORMAT, "bandwidth is required")
-    bandwidth = _quantity(fields["bandwidth"], _BANDWIDTH_UNITS, spec)
-    latency = _quantity(fields.get("latency", "0s"), _LATENCY_UNITS, spec)
-    if bandwidth <= 0 or latency < 0:
-        raise ConfigError("net", spec, NET_FORMAT, "bandwidth must be > 0 and latency >= 0")
+        raise ConfigError(field, spec, NET_FORMAT, "bandwidth is required")
+    bandwidth = _quantity(fields["bandwidth"], _bandwidth_unit, spec, field)
+    latency = _quantity(fields.get("latency", "0s"), _latency_unit, spec, field)
+    if bandwidth <= 0:
+        raise ConfigError(field, spec, NET_FORMAT, "bandwidth must be > 0")
+    if latency < 0:
+        raise ConfigError(field, spec, NET_FORMAT, "latency must be >= 0")
     return NetModel(bandwidth_Bps=bandwidth, latency_s=latency)
 
 
-def _quantity(text: str, units: dict[str, float], spec: str) -> float:
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
+def _bandwidth_unit(unit: str) -> float | None:
+    """Bytes per second in one `unit`: b is a bit, B a byte (case matters there, not in prefixes)."""
+    for suffix, per_second in (("bps", 1 / 8), ("Bps", 1.0), ("B", 1.0)):
+        if unit.endswith(suffix):
+            prefix = unit[:-len(suffix)]
+            break
+    else:
+        if not unit.lower().endswith("bit"):
+            return None
+        prefix, per_second = unit[:-3], 1 / 8
+    factor = _PREFIXES.get(prefix.lower())
+    return None if factor is None else factor * per_second
+
+
+def _latency_unit(unit: str) -> float | None:
+    """Seconds in one `unit` (s, ms, us, ns; any case)."""
+    return _LATENCY_UNITS.get(unit.lower())
+
+
+def _quantity(text: str, unit_value: Callable[[str], float | None], spec: str, field: str) -> float:
+    """The number of '<number><unit>' `text` times `unit_value(unit)` (ConfigError on `field` if bad)."""
+    m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
     if not m:
-        raise ConfigError("net", spec, NET_FORMAT)
-    number, unit = float(m.group(1)), m.group(2)
-    # Bandwidth units are case-sensitive in the b/B sense (bit vs byte); prefixes are not.
-    key = unit.lower() if unit.lower().endswith("bit") or units is _LATENCY_UNITS else (
-        unit[:-1].lower() + "b" if unit.endswith("B") else None)
-    if key is None or key not in units:
-        raise ConfigError("net", spec, NET_FORMAT, f"unknown unit {unit!r}")
-    return number * units[key]
+        raise ConfigError(field, spec, NET_FORMAT, f"{text!r} is not <number><unit>")
+    factor = unit_value(m.group(2))
+    if factor is None:
+        raise ConfigError(field, spec, NET_FORMAT, f"unknown unit {m.group(2)!r}")
+    return float(m.group(1)) * factor
