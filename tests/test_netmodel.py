@@ -192,3 +192,21 @@ def test_malformed_row_names_its_line(tmp_path, row):
     log.write_text(_all_reduce_perf_log(_model_times_us(10e-6, 5e9, 2), 2, rows_extra=row))
     with pytest.raises(ConfigError, match=r"invalid --nccl-tests=.*\(line \d+: '1048576 .*"):
         fit_nccl_tests(log)
+
+
+def test_a_size_range_fits_the_regime_a_schedule_uses(tmp_path):
+    """Below 1 MiB the log follows a low-latency small-message protocol (1 us, 2 GB/s), from 1 MiB
+    on another (15 us, 20 GB/s), as NCCL's LL and Simple protocols differ: the whole log fits
+    neither, the range from 1 MiB recovers the large-message network."""
+    p = 8
+    small, large = NetModel(2e9, 1e-6), NetModel(20e9, 15e-6)
+    times = {n: (small if n < 2**20 else large).cost("all_reduce", n, p) * 1e6 for n in SIZES}
+    log = tmp_path / "two_regimes.txt"
+    log.write_text(_all_reduce_perf_log(times, p))
+    whole, big = fit_nccl_tests(log), fit_nccl_tests(log, min_bytes=2**20)
+    assert whole.rel_rms > 0.2
+    assert big.net.latency_s == pytest.approx(15e-6, rel=0.01)
+    assert big.net.bandwidth_Bps == pytest.approx(20e9, rel=0.01)
+    assert big.table["size_B"].min() == 2**20 and big.rel_rms < 0.005
+    with pytest.raises(ConfigError, match=r"--nccl-tests=.*\(1 size\(s\) in \[1073741824, inf\] bytes\)"):
+        fit_nccl_tests(log, min_bytes=2**30)

@@ -118,9 +118,13 @@ def fit_all_reduce(sizes: np.ndarray, times: np.ndarray, nranks: int, source: st
     return NetModel(bandwidth_Bps=float(1.0 / inv_bandwidth), latency_s=float(latency_s))
 
 
-def fit_nccl_tests(path: str | Path, nranks: int | None = None) -> NcclFit:
+def fit_nccl_tests(path: str | Path, nranks: int | None = None, min_bytes: int = 0,
+                   max_bytes: int | None = None) -> NcclFit:
     """Fit bandwidth and latency to the all_reduce_perf stdout saved at `path` (see module doc);
-    `nranks` overrides the count of the log's '# Using devices' lines."""
+    `nranks` overrides the count of the log's '# Using devices' lines. Only the rows of sizes in
+    [min_bytes, max_bytes] are fitted: NCCL switches protocol and algorithm with the size, so one
+    (alpha, B) rarely fits 8 B to 8 GB; fit the sizes your schedule sends (DDP's 25 MB buckets,
+    a model's largest tensors) and read the residual."""
     path = Path(path)
     try:
         text = path.read_text(errors="replace")
@@ -132,12 +136,14 @@ def fit_nccl_tests(path: str | Path, nranks: int | None = None) -> NcclFit:
         raise ConfigError("nranks", p, "an integer >= 2",
                           f"{path} has no '# Using devices' rank lines to count: give nranks"
                           if p is None else "an all-reduce over one rank costs nothing")
+    table = table[(table["size_B"] >= min_bytes) & (table["size_B"] <= (max_bytes or math.inf))]
     if table["size_B"].nunique() < 2:
-        raise ConfigError(FIELD, str(path), "a log of at least two message sizes (all_reduce_perf -b 8 -e 1G -f 2)")
+        raise ConfigError(FIELD, str(path), "a log of at least two message sizes (all_reduce_perf -b 8 -e 1G -f 2)",
+                          f"{table['size_B'].nunique()} size(s) in [{min_bytes}, {max_bytes or 'inf'}] bytes")
     sizes, times = table["size_B"].to_numpy(), table["measured_s"].to_numpy()
     net = fit_all_reduce(sizes, times, p, str(path))
     table = table.assign(predicted_s=[net.cost("all_reduce", int(n), p) for n in sizes])
     table["rel_err"] = table["predicted_s"] / table["measured_s"] - 1
     rel_rms = float(np.sqrt(np.mean(table["rel_err"] ** 2)))
     return NcclFit(source=str(path), nranks=p, net=net, rel_rms=rel_rms,
-                   table=table[["size_B", "measured_s", "predicted_s", "rel_err", "busbw_GBps"]])
+                   table=table[["size_B", "measured_s", "predicted_s", "rel_err", "busbw_GBps"]].reset_index(drop=True))
