@@ -182,11 +182,11 @@ def test_log_without_data_rows_says_what_a_row_looks_like(tmp_path):
         fit_nccl_tests(log)
 
 
-@pytest.mark.parametrize("row", ["     1048576        262144     float     sum      -1    203.2    5.16",
-                                 "     1048576        262144     float     sum      -1    203.2    5.16    9.68"
-                                 "      0    207.2    5.06",                   # in-place cut short
-                                 "     1048576        262144     float     sum      -1    fast    5.16    9.68"
-                                 "      0    207.2    5.06    9.49      0"])
+@pytest.mark.parametrize("row", ["     1048576        262144     float     sum      -1    180.5    5.81",
+                                 "     1048576        262144     float     sum      -1    180.5    5.81   10.89"
+                                 "      0    181.0    5.79",                   # in-place cut short
+                                 "     1048576        262144     float     sum      -1    fast    5.81   10.89"
+                                 "      0    181.0    5.79   10.86      0"])
 def test_malformed_row_names_its_line(tmp_path, row):
     log = tmp_path / "bad.txt"
     log.write_text(_all_reduce_perf_log(_model_times_us(10e-6, 5e9, 2), 2, rows_extra=row))

@@ -39,8 +39,7 @@ from .netmodel import NetModel
 FIELD = "--nccl-tests"
 ROW_FORMAT = ("an all_reduce_perf data row: size(B) count type redop root, then time(us) algbw busbw "
               "#wrong out-of-place and the same in-place, e.g. "
-              "'     1048576        262144     float     sum      -1    203.2    5.16    9.68      0"
-              "    207.2    5.06    9.49      0'")
+              "'1048576 262144 float sum -1 180.5 5.81 10.89 0 181.0 5.79 10.86 0'")
 _RANK_LINE = re.compile(r"#\s+Rank\s+(\d+)\s+Group\b")
 _COLUMNS = 13                       # size count type redop root + 2 x (time algbw busbw #wrong)
 _TIME = 5                           # the out-of-place time's column
@@ -72,7 +71,7 @@ class NcclFit:
 
 
 def parse_all_reduce_perf(text: str, source: str = "log") -> tuple[pd.DataFrame, int | None]:
-    """The data rows (size_B, time_s out-of-place, busbw_GBps) and the ranks counted in the
+    """The data rows (size_B, measured_s: the out-of-place time, busbw_GBps) and the ranks counted in the
     '# Using devices' lines (None when the log has none) of all_reduce_perf's stdout `text`."""
     ranks: set[int] = set()
     rows: list[tuple[int, float, float]] = []
@@ -138,7 +137,8 @@ def fit_nccl_tests(path: str | Path, nranks: int | None = None, min_bytes: int =
                           if p is None else "an all-reduce over one rank costs nothing")
     table = table[(table["size_B"] >= min_bytes) & (table["size_B"] <= (max_bytes or math.inf))]
     if table["size_B"].nunique() < 2:
-        raise ConfigError(FIELD, str(path), "a log of at least two message sizes (all_reduce_perf -b 8 -e 1G -f 2)",
+        raise ConfigError(FIELD, str(path),
+                          "a log of at least two message sizes (all_reduce_perf -b 8 -e 1G -f 2)",
                           f"{table['size_B'].nunique()} size(s) in [{min_bytes}, {max_bytes or 'inf'}] bytes")
     sizes, times = table["size_B"].to_numpy(), table["measured_s"].to_numpy()
     net = fit_all_reduce(sizes, times, p, str(path))
@@ -146,4 +146,5 @@ def fit_nccl_tests(path: str | Path, nranks: int | None = None, min_bytes: int =
     table["rel_err"] = table["predicted_s"] / table["measured_s"] - 1
     rel_rms = float(np.sqrt(np.mean(table["rel_err"] ** 2)))
     return NcclFit(source=str(path), nranks=p, net=net, rel_rms=rel_rms,
-                   table=table[["size_B", "measured_s", "predicted_s", "rel_err", "busbw_GBps"]].reset_index(drop=True))
+                   table=table[["size_B", "measured_s", "predicted_s", "rel_err", "busbw_GBps"]]
+                   .reset_index(drop=True))
