@@ -81,7 +81,8 @@ from torch import nn
 from .errors import ConfigError
 from .layer_profile import Layer, Profile
 
-__all__ = ["CALIBRATIONS", "DEVICES", "Calibration", "Measurement", "count_flops", "efficiency",
+__all__ = ["CALIBRATIONS", "DEVICES", "Calibration", "CudaClock", "FlopClock", "Iteration", "Measurement",
+           "WallClock", "count_flops", "efficiency", "hooked_iteration",
            "family", "measure", "project"]
 
 NUM_CLASSES = 10
@@ -124,7 +125,7 @@ def family(model: str) -> str:
 
 
 # ---------------------------------------------------------------------------- stamps and clocks
-class _WallClock:
+class WallClock:
     """Stamps of time.perf_counter; seconds between two stamps."""
 
     def mark(self) -> float:
@@ -137,7 +138,7 @@ class _WallClock:
         """Nothing to wait for on the CPU."""
 
 
-class _CudaClock:
+class CudaClock:
     """Stamps as CUDA events on the current stream (untested here: no GPU in this session)."""
 
     def mark(self) -> torch.cuda.Event:
@@ -152,7 +153,7 @@ class _CudaClock:
         torch.cuda.synchronize()
 
 
-class _FlopClock:
+class FlopClock:
     """Stamps of FlopCounterMode's running total: "elapsed" FLOPs between two stamps."""
 
     def __init__(self, counter: Any) -> None:
@@ -169,7 +170,7 @@ class _FlopClock:
 
 
 @dataclass
-class _Iteration:
+class Iteration:
     """One hooked iteration: layers in backward order with their tensors, forward and backward
     amounts per layer (seconds or FLOPs, by the clock)."""
 
@@ -184,7 +185,7 @@ def _layer_of(tensor: str) -> str:
     return module or ROOT
 
 
-def _hooked_iteration(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clock: Any) -> _Iteration:
+def hooked_iteration(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clock: Any) -> Iteration:
     """Run forward, loss and backward once with the stamps of the module docstring."""
     modules = {name or ROOT: m for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))}
     fwd_stamps: list[tuple[str, Any]] = []
@@ -228,7 +229,7 @@ def _hooked_iteration(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clock:
             backward[layer] += clock.between(prev, stamp)
             prev = stamp
     backward[order[-1]] += clock.between(prev, t2)
-    return _Iteration(order, tensors, forward, backward)
+    return Iteration(order, tensors, forward, backward)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -261,8 +262,8 @@ def _tensor_sizes(model: nn.Module) -> dict[str, tuple[int, int]]:
     return {n: (p.numel(), p.numel() * p.element_size()) for n, p in model.named_parameters()}
 
 
-def _layers(it: _Iteration, sizes: dict[str, tuple[int, int]], fwd_s: dict[str, float],
-            bwd_s: dict[str, float], update_s: dict[str, float], flops: _Iteration | None) -> list[Layer]:
+def _layers(it: Iteration, sizes: dict[str, tuple[int, int]], fwd_s: dict[str, float],
+            bwd_s: dict[str, float], update_s: dict[str, float], flops: Iteration | None) -> list[Layer]:
     return [Layer(name=layer, forward_s=fwd_s[layer], backward_s=bwd_s[layer], update_s=update_s[layer],
                   tensors=it.tensors[layer], tensor_bytes=[sizes[t][1] for t in it.tensors[layer]],
                   tensor_numel=[sizes[t][0] for t in it.tensors[layer]],
@@ -272,7 +273,7 @@ def _layers(it: _Iteration, sizes: dict[str, tuple[int, int]], fwd_s: dict[str, 
 
 
 def count_flops(model: str, input_shape: tuple[int, ...], batch_size: int,
-                options: dict[str, Any] | None = None) -> _Iteration:
+                options: dict[str, Any] | None = None) -> Iteration:
     """Forward and backward FLOPs per layer (FlopCounterMode, on the meta device: nothing runs)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -282,7 +283,7 @@ def count_flops(model: str, input_shape: tuple[int, ...], batch_size: int,
         net = _build(model, input_shape, options)
     x, y = (t.to("meta") for t in _batch(model, input_shape, batch_size, options, seed=0))
     with FlopCounterMode(display=False) as counter:
-        return _hooked_iteration(net, x, y, _FlopClock(counter))
+        return hooked_iteration(net, x, y, FlopClock(counter))
 
 
 def _machine(device: torch.device, threads: int) -> str:
@@ -339,13 +340,13 @@ def measure(model: str, input_shape: tuple[int, ...], batch_size: int, *, device
     net = _build(model, input_shape, options).to(dev)
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
     x, y = (t.to(dev) for t in _batch(model, input_shape, batch_size, options, seed))
-    clock = _CudaClock() if dev.type == "cuda" else _WallClock()
-    rounds: list[_Iteration] = []
+    clock = CudaClock() if dev.type == "cuda" else WallClock()
+    rounds: list[Iteration] = []
     whole: list[float] = []
     update: list[float] = []
     for i in range(warmup + reps):
         optimizer.zero_grad(set_to_none=True)
-        it = _hooked_iteration(net, x, y, clock)
+        it = hooked_iteration(net, x, y, clock)
         optimizer.zero_grad(set_to_none=True)
         t0 = clock.mark()
         F.cross_entropy(net(x), y).backward()
