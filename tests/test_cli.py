@@ -101,7 +101,7 @@ def test_profile_measures_and_projects_to_csv(tmp_path, capsys) -> None:
                      "--batch-size", "4", "--reps", "1", "--warmup", "0", "--threads", "1", "--out", str(out)]) == 0
     measured = Profile.from_csv(out)
     assert measured.source == "measured" and measured.input_shape == (3, 8, 8) and len(measured.layers) == 2
-    assert "un-hooked" in capsys.readouterr().out
+    assert "un-hooked median" in capsys.readouterr().out
     assert cli.main(["profile", "--model", "cnn", "--project", "V100-fp32", "--out", str(out)]) == 0
     projected = Profile.from_csv(out)
     assert projected.source == "flops-scaled" and projected.device == "V100-fp32"

@@ -243,7 +243,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         m = measure(args.model, shape, args.batch_size, device=args.device, reps=args.reps,
                     warmup=args.warmup, threads=args.threads, seed=args.seed, options=options)
         profile = m.profile
-        print(f"sum of per-layer forward+backward / un-hooked forward+backward: {m.hook_ratio:.3f}")
+        print(f"forward+backward: sum of per-layer medians / un-hooked median {m.hook_ratio:.3f}, "
+              f"hooked median / un-hooked median {m.hooked_s / m.unhooked_s:.3f}")
     path = profile.to_csv(args.out or f"{args.model}_b{args.batch_size}.csv")
     print(f"{profile.model} b{profile.batch_size} {args.project or args.device} ({profile.source}): "
           f"{len(profile.layers)} layers, {profile.grad_bytes / 2**20:.2f} MiB of gradients, forward "

@@ -308,11 +308,13 @@ def _cpu_name() -> str:
 # ---------------------------------------------------------------------------- measurement
 @dataclass(frozen=True)
 class Measurement:
-    """A measured profile and the un-hooked reference: median forward + loss + backward seconds
-    of iterations without hooks, measured in the same call."""
+    """A measured profile and the references measured in the same call: median forward + loss +
+    backward seconds of the iterations without hooks and of the hooked ones (`hook_ratio` can
+    differ from hooked_s / unhooked_s: a sum of per-layer medians is not the median of the sums)."""
 
     profile: Profile
     unhooked_s: float
+    hooked_s: float             # median forward + loss + backward of the hooked iterations
 
     @property
     def hook_ratio(self) -> float:
@@ -366,11 +368,12 @@ def measure(model: str, input_shape: tuple[int, ...], batch_size: int, *, device
     upd = {layer: statistics.median(update) * sum(sizes[t][1] for t in it.tensors[layer]) / total_bytes
            for layer in it.order}
     unhooked = statistics.median(whole)
-    machine = (f"{_machine(dev, threads)}; medians of {reps} reps after {warmup} warm-up; "
-               f"un-hooked forward+backward {unhooked:.6g} s")
+    hooked = statistics.median(sum(r.forward.values()) + sum(r.backward.values()) for r in rounds)
+    machine = (f"{_machine(dev, threads)}; medians of {reps} reps after {warmup} warm-up; forward+backward "
+               f"medians: un-hooked {unhooked:.6g} s, hooked {hooked:.6g} s")
     profile = Profile(model=model, batch_size=batch_size, input_shape=tuple(input_shape), device=device,
                       source="measured", machine=machine, layers=_layers(it, sizes, fwd, bwd, upd, flops))
-    return Measurement(profile, unhooked)
+    return Measurement(profile, unhooked, hooked)
 
 
 # ---------------------------------------------------------------------------- projection
