@@ -90,3 +90,34 @@ def test_bad_choice_is_refused_by_the_parser(capsys) -> None:
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["train", "--optimizer", "lbfgs"])
     assert "invalid choice: 'lbfgs'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- profile
+def test_profile_measures_and_projects_to_csv(tmp_path, capsys) -> None:
+    from distsgd.layer_profile import Profile
+
+    out = tmp_path / "mlp.csv"
+    assert cli.main(["profile", "--model", "mlp", "--model-opt", "hidden=[16]", "--input-shape", "3x8x8",
+                     "--batch-size", "4", "--reps", "1", "--warmup", "0", "--threads", "1", "--out", str(out)]) == 0
+    measured = Profile.from_csv(out)
+    assert measured.source == "measured" and measured.input_shape == (3, 8, 8) and len(measured.layers) == 2
+    assert "un-hooked median" in capsys.readouterr().out
+    assert cli.main(["profile", "--model", "cnn", "--project", "V100-fp32", "--out", str(out)]) == 0
+    projected = Profile.from_csv(out)
+    assert projected.source == "flops-scaled" and projected.device == "V100-fp32"
+    assert projected.input_shape == (3, 32, 32) and projected.batch_size == 16
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "cnn", "--project", "H100"], "invalid project='H100'; allowed: V100-fp32"),
+    (["--model", "cnn", "--device", "tpu"], "invalid device='tpu'; allowed: cpu, cuda"),
+    (["--model", "cnn", "--input-shape", "3xa"], "invalid input_shape='3xa'"),
+    (["--model", "nope"], "invalid model='nope'"),
+    (["--model", "mlp", "--model-opt", "width=3"], "invalid model_options='width'"),
+    (["--model", "cnn", "--batch-size", "0"], "invalid batch_size=0"),
+])
+def test_profile_bad_values_are_one_line_and_exit_code_2(tmp_path, capsys, argv, message) -> None:
+    assert cli.main(["profile", *argv, "--out", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "p.csv").exists()

@@ -70,6 +70,15 @@ def test_resnet_cifar_stem(name):
     assert grey.conv1.in_channels == 1
 
 
+def test_densenet201_cifar_stem_and_imagenet_stem():
+    with torch.device("meta"):
+        small, large = build_model("densenet201", CIFAR, 10), build_model("densenet201", (1, 224, 224), 10)
+    assert small.features.conv0.kernel_size == (3, 3) and small.features.conv0.stride == (1, 1)
+    assert isinstance(small.features.pool0, nn.Identity)
+    assert large.features.conv0.kernel_size == (7, 7) and large.features.conv0.in_channels == 1
+    assert isinstance(large.features.pool0, nn.MaxPool2d)
+
+
 def test_resnet_keeps_the_imagenet_stem_for_large_inputs():
     model = build_model("resnet18", (3, 224, 224), 10)
     assert model.conv1.kernel_size == (7, 7) and isinstance(model.maxpool, nn.MaxPool2d)
@@ -107,7 +116,7 @@ def test_unknown_model_option_is_rejected():
 
 def test_all_models_are_listed():
     assert MODELS == ("logistic", "mlp", "cnn", "lenet5", "resnet20", "resnet18", "resnet34", "resnet50",
-                      "vgg16", "transformer", "vit_tiny", "bert_base", "bert_large")
+                      "vgg16", "densenet201", "transformer", "vit_tiny", "bert_base", "bert_large")
 
 
 # ---------------------------------------------------------------- the papers' models
@@ -123,6 +132,9 @@ PAPER_COUNTS = [
     ("vit_tiny", (3, 224, 224), 1000, 5_717_416),  # DeiT-Ti at ImageNet size, patch 16
     ("resnet34", CIFAR, 10, 21_282_122),
     ("resnet34", CIFAR, 100, 21_328_292),
+    # DenseNet-201: torchvision's 20,013,928 at 1000 classes less 1920 x 990 + 990 of the head
+    ("densenet201", (3, 224, 224), 10, 20_013_928 - 1920 * 990 - 990),
+    ("densenet201", CIFAR, 10, 18_112_138 - 7 * 7 * 3 * 64 + 3 * 3 * 3 * 64),   # 3x3 CIFAR conv0
     ("bert_base", (128,), 2, 109_480_704 + 768 * 2 + 2),
     ("bert_large", (128,), 2, 335_139_840 + 1024 * 2 + 2),
 ]

@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,bench,worker}`."""
+"""Command line: `python -m distsgd {train,list,show,bench,profile,worker}`."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,8 @@ EXAMPLES = """examples:
   python -m distsgd train --algo ddp --partition dirichlet:0.3 --out /tmp/runs
   torchrun --nproc-per-node 8 -m distsgd train --launcher env --backend nccl --model resnet18 --data cifar10
   python -m distsgd list
+  python -m distsgd profile --model resnet18 --batch-size 16 --threads 1 --out resnet18.csv
+  python -m distsgd profile --model resnet50 --batch-size 64 --input-shape 3x224x224 --project V100-fp32
 """
 
 
@@ -61,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--reps", type=int, default=3, help="repetitions (the median is reported)")
     b.add_argument("--tolerance", type=float, default=0.15, help="allowed relative difference")
     add_schedule_bench_args(b)
+
+    p = sub.add_parser("profile", help="per-layer forward/backward/update times and gradient bytes in "
+                                       "backward order (distsgd.profiling), written as a tidy CSV",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_profile_args(p)
 
     w = sub.add_parser("worker", help="(internal) run one rank of a prepared run directory")
     w.add_argument("run_dir", type=Path)
@@ -200,6 +207,53 @@ def cmd_bench_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_profile_args(p: argparse.ArgumentParser) -> None:
+    """Options of `profile`."""
+    p.add_argument("--model", required=True, help="a model of `python -m distsgd list`")
+    p.add_argument("--batch-size", type=int, default=16, help="samples per iteration")
+    p.add_argument("--input-shape", default="",
+                   help="one sample's shape, e.g. 3x32x32 or 64 (token ids); default 64 for bert_*, else 3x32x32")
+    p.add_argument("--model-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="a model option (repeatable), e.g. hidden=[512,512]")
+    p.add_argument("--device", default="cpu", help="measure on: cpu or cuda")
+    p.add_argument("--project", default="", metavar="DEVICE",
+                   help="instead of measuring, scale FLOPs to DEVICE (distsgd.profiling.DEVICES)")
+    p.add_argument("--reps", type=int, default=5, help="timed rounds (medians are reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--seed", type=int, default=0, help="model initialization and inputs")
+    p.add_argument("--out", default="", help="CSV path (default: <model>_b<batch>.csv)")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """`python -m distsgd profile`: measure (or project) a layer profile and write its CSV."""
+    from .config import parse_assignments
+    from .layer_profile import parse_shape
+    from .models import check_options
+    from .profiling import DEVICES, measure, project
+
+    options = parse_assignments(args.model_opt, "model_options")
+    check_options(args.model, options)
+    shape = parse_shape(args.input_shape or ("64" if args.model.startswith("bert_") else "3x32x32"))
+    if args.project and args.project not in DEVICES:
+        raise ConfigError("project", args.project, DEVICES)
+    if args.project:
+        profile = project(args.model, shape, args.batch_size, args.project, options)
+    else:
+        m = measure(args.model, shape, args.batch_size, device=args.device, reps=args.reps,
+                    warmup=args.warmup, threads=args.threads, seed=args.seed, options=options)
+        profile = m.profile
+        print(f"forward+backward: sum of per-layer medians / un-hooked median {m.hook_ratio:.3f}, "
+              f"hooked median / un-hooked median {m.hooked_s / m.unhooked_s:.3f}")
+    path = profile.to_csv(args.out or f"{args.model}_b{args.batch_size}.csv")
+    print(f"{profile.model} b{profile.batch_size} {args.project or args.device} ({profile.source}): "
+          f"{len(profile.layers)} layers, {profile.grad_bytes / 2**20:.2f} MiB of gradients, forward "
+          f"{1e3 * profile.forward_s:.2f} ms, backward {1e3 * profile.backward_s:.2f} ms, update "
+          f"{1e3 * profile.update_s:.2f} ms per iteration")
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -212,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from .bench import main as bench_main
             return bench_main(args)
+        if args.command == "profile":
+            return cmd_profile(args)
         if args.command == "show":
             return cmd_show(args.run_dir)
         return cmd_worker(args.run_dir)

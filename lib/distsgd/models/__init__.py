@@ -10,6 +10,8 @@
 - ``resnet18``, ``resnet34``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a
   side (ResNet-18: CoCoD-SGD, LIEC-SGD; ResNet-34: LIEC-SGD on CIFAR-100).
 - ``vgg16``: torchvision's VGG-16-BN, CIFAR head for inputs up to 64 pixels a side (CoCoD-SGD).
+- ``densenet201``: torchvision's DenseNet-201, CIFAR stem for inputs up to 64 pixels a side
+  (DeAR, the survey: 224x224).
 - ``transformer``: a stack of pre-norm transformer blocks over tokens cut from the flat input;
   options ``dim``, ``depth``, ``heads``, ``tokens``.
 - ``vit_tiny``: DeiT-Tiny (Touvron et al. 2021; DropIT), patch 4 for inputs up to 64 pixels a
@@ -49,6 +51,7 @@ _BUILDERS: dict[str, str] = {
     "resnet34": "resnet",
     "resnet50": "resnet",
     "vgg16": "vgg",
+    "densenet201": "densenet",
     "transformer": "transformer",
     "vit_tiny": "transformer",
     "bert_base": "transformer",
