@@ -43,6 +43,7 @@ def test_group_counts_is_plan_groups_on_sizes() -> None:
         groups = plan_groups(tensors, cap)
         counts = group_counts([t.numel() * t.element_size() for t in tensors], cap, [t.dtype for t in tensors])
         assert counts == [len(g) for g in groups]
+    assert group_counts([50, 50, 100, 1, 300], 100) == [2, 1, 1, 1]      # up to the cap, inclusive
 
 
 @pytest.mark.parametrize("bucket_mb", [0.5, 4.0, 25.0])
@@ -137,7 +138,7 @@ def test_ddp_buckets_are_torchs_first_1mib_then_bucket_mb() -> None:
                                                                   for k in counts), rel=1e-12)
 
 
-def test_bytescheduler_bytes_in_flight_stay_within_the_credit() -> None:
+def test_bytescheduler_partitions_each_gradient_once() -> None:
     pred = simulate(TOY, "bytescheduler", 8, NET, {"partition_mb": 0.5, "credit_mb": 1.0})
     links = [e for e in pred.events if e.stream != "compute"]
     assert max(int(e.name.split()[-2]) for e in links) <= 0.5 * MB
@@ -171,6 +172,9 @@ def test_ssd_waits_for_its_pushes_once_per_period() -> None:
     push = ar(TOY.grad_bytes, 8, slow_net)
     assert pred.comm_s == pytest.approx(push, rel=1e-12)           # one push per step
     assert pred.step_s == pytest.approx(push, rel=1e-9)            # the link is saturated
+    pulls = [e for e in pred.events if e.name == "server steps" and pred.window[0] <= e.step < pred.window[1]]
+    assert len(pulls) == (pred.window[1] - pred.window[0]) // period
+    assert all(e.end - e.start == pytest.approx(period * TOY.update_s) for e in pulls)
 
 
 def test_kavg_local_groups_use_the_intra_node_link() -> None:
@@ -231,3 +235,15 @@ def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         simulate(TOY, args.pop("algo"), args.pop("nproc"), args.pop("net"), args.pop("params", None))
     assert err.value.field == field
+
+
+def test_bytescheduler_credit_limits_what_backward_overlaps() -> None:
+    """Within backward a partition is launched only while the bytes in flight fit the credit
+    (nothing retires before the barrier), so a larger credit overlaps more of backward."""
+    small = simulate(TOY, "bytescheduler", 8, NET, {"partition_mb": 0.5, "credit_mb": 0.5})
+    large = simulate(TOY, "bytescheduler", 8, NET, {"partition_mb": 0.5, "credit_mb": 1e4})
+    assert large.step_s < small.step_s
+    backward_end = max(e.end for e in small.events if e.step == small.window[0] and e.name.startswith("backward"))
+    in_backward = [e for e in small.events if e.stream != "compute" and e.step == small.window[0]
+                   and e.start < backward_end]
+    assert len(in_backward) == 1                             # one 0.5 MiB partition fills the credit
