@@ -59,8 +59,8 @@ class Rank:
         ready = start + seconds
         if seconds > 0:
             self.free[link] = ready
-            self.events.append(Interval(link, f"{kind} {name} {nbytes} B".replace("  ", " "),
-                                        start, ready, self.step))
+            label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
+            self.events.append(Interval(link, label, start, ready, self.step))
         return ready
 
     def wait(self, ready: float) -> None:
