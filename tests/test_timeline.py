@@ -247,3 +247,14 @@ def test_bytescheduler_credit_limits_what_backward_overlaps() -> None:
     in_backward = [e for e in small.events if e.stream != "compute" and e.step == small.window[0]
                    and e.start < backward_end]
     assert len(in_backward) == 1                             # one 0.5 MiB partition fills the credit
+
+
+def test_mgwfbp_beats_every_other_bucketing() -> None:
+    """MG-WFBP's merge is optimal for the pipeline the simulator runs (the same gradient-ready
+    times and all-reduce cost), so no fixed bucketing finishes earlier."""
+    for p, net in ((8, NET), (64, NetModel(1e9, 5e-4))):
+        mg = simulate(TOY, "mgwfbp", p, net).step_s
+        others = [simulate(TOY, "wfbp", p, net).step_s]
+        others += [simulate(TOY, "ssgd", p, net, {"bucket_mb": mb}).step_s for mb in (0.5, 2.0, 8.0, 1e4)]
+        assert mg <= min(others) * (1 + 1e-12)
+        assert mg < max(others)
