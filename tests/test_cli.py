@@ -121,3 +121,60 @@ def test_profile_bad_values_are_one_line_and_exit_code_2(tmp_path, capsys, argv,
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "p.csv").exists()
+# ---------------------------------------------------------------------- simulate
+def _profile_csv(tmp_path):
+    from distsgd.layer_profile import Layer, Profile
+
+    layers = [Layer(f"layer{i}", 1e-3, 2e-3, 1e-4, [f"layer{i}.weight"], [4 * n], [n])
+              for i, n in enumerate([300_000, 2_000_000, 50_000])]
+    return Profile("toy", 32, (3, 32, 32), "cpu", "measured", "test", layers).to_csv(tmp_path / "toy_b32.csv")
+
+
+def test_simulate_writes_a_row_per_configuration_and_traces(tmp_path, capsys) -> None:
+    import json
+
+    import pandas as pd
+
+    out, traces = tmp_path / "sim.csv", tmp_path / "traces"
+    rc = cli.main(["simulate", "--profile", str(_profile_csv(tmp_path)), "--algos", "ssgd,dear,kavg",
+                   "--nprocs", "2,4", "--net", "10GbE,IB-EDR", "--net", "100Mbit,100us",
+                   "--set", "period=2", "--csv", str(out), "--trace", str(traces)])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert len(df) == 3 * 2 * 3
+    assert {"algo", "nproc", "net", "step_s", "compute_s", "exposed_comm_s", "throughput", "batch_size",
+            "model", "profile"} <= set(df.columns)
+    assert set(df["net"]) == {"10GbE", "IB-EDR", "100Mbit,100us"}
+    row = df[(df.algo == "ssgd") & (df.nproc == 4) & (df.net == "10GbE")].iloc[0]
+    assert row.throughput == pytest.approx(32 * 4 / row.step_s)
+    assert len(list(traces.glob("*.json"))) == len(df)
+    assert json.loads(next(traces.glob("dear_p4_*.json")).read_text())["traceEvents"]
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--algos", "bogus"], "algos"),
+    (["--nprocs", "2,x"], "nprocs"),
+    (["--net", "fast"], "net"),
+    (["--set", "nothing=1"], "set"),
+    (["--gpus-per-node", "4"], "intra"),
+])
+def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field) -> None:
+    out = tmp_path / "sim.csv"
+    rc = cli.main(["simulate", "--profile", str(_profile_csv(tmp_path)), "--csv", str(out), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"invalid {field}" in err
+    assert not out.exists()
+
+
+def test_simulate_finds_the_committed_profile_by_model(tmp_path, capsys) -> None:
+    from distsgd.timeline.sweep import find_profile
+
+    (tmp_path / "reproduce" / "layer_profiles" / "cpu").mkdir(parents=True)
+    path = _profile_csv(tmp_path / "reproduce" / "layer_profiles" / "cpu")
+    assert find_profile("toy", "cpu", root=tmp_path) == path
+    assert find_profile("toy", "cpu", 32, root=tmp_path) == path
+    with pytest.raises(cli.ConfigError, match="toy_b32"):
+        find_profile("toy", "cpu", 64, root=tmp_path)
+    rc = cli.main(["simulate", "--model", "nosuchmodel", "--csv", str(tmp_path / "x.csv")])
+    assert rc == 2 and "invalid model" in capsys.readouterr().err

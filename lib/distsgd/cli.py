@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,bench,profile,worker}`."""
+"""Command line: `python -m distsgd {train,list,show,bench,profile,simulate,worker}`."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   python -m distsgd list
   python -m distsgd profile --model resnet18 --batch-size 16 --threads 1 --out resnet18.csv
   python -m distsgd profile --model resnet50 --batch-size 64 --input-shape 3x224x224 --project V100-fp32
+  python -m distsgd simulate --model resnet50 --device V100-fp32 --algos ssgd,dear --nprocs 16,64 --net 10GbE,IB-EDR --csv sim.csv
 """
 
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "backward order (distsgd.profiling), written as a tidy CSV",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_profile_args(p)
+    add_simulate_parser(sub)
 
     w = sub.add_parser("worker", help="(internal) run one rank of a prepared run directory")
     w.add_argument("run_dir", type=Path)
@@ -193,6 +195,54 @@ def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
     g.add_argument("--csv", default="bench_schedules.csv", help="where to write the tidy CSV")
 
 
+def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
+    """`simulate`: the timeline simulator over algorithms x worker counts x networks."""
+    m = sub.add_parser("simulate", help="predict step times from a layer profile (distsgd.timeline)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    m.add_argument("--model", default="", help="finds reproduce/layer_profiles/<device>/<model>_b*.csv")
+    m.add_argument("--device", default="cpu", help="profile device folder: cpu, cuda, V100-fp32, ...")
+    m.add_argument("--batch-size", type=int, default=None, help="which profile, when several exist")
+    m.add_argument("--profile", type=Path, default=None, help="a profile CSV (instead of --model)")
+    m.add_argument("--algos", default="ssgd", help="comma-separated algorithm names (python -m distsgd list)")
+    m.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
+    m.add_argument("--net", action="append", default=None,
+                   help="networks: comma-separated presets (10GbE,IB-EDR) or one spec "
+                        "(bandwidth=10Gbit,latency=20us); repeat or separate with ';' (default 10GbE)")
+    m.add_argument("--gpus-per-node", type=int, default=1, help="ranks per node (two-level topology)")
+    m.add_argument("--intra", default="", help="intra-node link (a --net spec) when --gpus-per-node > 1")
+    m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="algorithm parameter, given to the chosen algorithms that have it")
+    m.add_argument("--csv", default="simulate.csv", help="where to write the table")
+    m.add_argument("--trace", type=Path, default=None, help="folder for one Chrome trace per configuration")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """`python -m distsgd simulate`: check everything, simulate, write the CSV, print a table."""
+    from .layer_profile import Profile
+    from .timeline.sweep import find_profile, split_list, split_nets, sweep
+
+    if args.profile is None and not args.model:
+        raise ConfigError("model", "", "a model with a committed profile, or --profile CSV")
+    path = args.profile or find_profile(args.model, args.device, args.batch_size)
+    if not Path(path).is_file():
+        raise ConfigError("profile", str(path), "an existing profile CSV")
+    profile = Profile.from_csv(path)
+    nprocs = []
+    for p in split_list(args.nprocs, "nprocs"):
+        if not p.isdigit() or int(p) < 1:
+            raise ConfigError("nprocs", p, "integers >= 1")
+        nprocs.append(int(p))
+    df = sweep(profile, split_list(args.algos, "algos"), nprocs, split_nets(args.net or ["10GbE"]),
+               parse_assignments(args.set, "set"), args.gpus_per_node, args.intra,
+               str(path), args.trace)
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.csv, index=False)
+    shown = df[["algo", "nproc", "net", "step_s", "exposed_comm_s", "throughput"]]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"wrote {args.csv}" + (f" and traces in {args.trace}" if args.trace else ""))
+    return 0
+
+
 def cmd_bench_schedules(args: argparse.Namespace) -> int:
     """`python -m distsgd bench`: time every schedule (repeats = --reps), write the CSV, print medians."""
     from .bench_schedules import DEFAULT_CASES, bench_schedules, medians
@@ -268,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             return bench_main(args)
         if args.command == "profile":
             return cmd_profile(args)
+        if args.command == "simulate":
+            return cmd_simulate(args)
         if args.command == "show":
             return cmd_show(args.run_dir)
         return cmd_worker(args.run_dir)

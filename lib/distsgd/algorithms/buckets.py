@@ -63,18 +63,29 @@ def make_buckets(params: list[torch.nn.Parameter], cap_bytes: float, pad_to: int
 def plan_groups(params: list[torch.Tensor], cap_bytes: float) -> list[list[torch.Tensor]]:
     """`params` (in the order given) cut into consecutive groups of at most `cap_bytes` and one
     dtype (a single tensor larger than the cap gets a group of its own; a cap of 0 gives one group
-    per tensor): the rule of DDP's buckets and of torch's `_take_tensors`."""
-    groups, current, size = [], [], 0
-    for p in params:
-        nbytes = p.numel() * p.element_size()
-        if current and (size + nbytes > cap_bytes or p.dtype != current[0].dtype):
-            groups.append(current)
-            current, size = [], 0
-        current.append(p)
-        size += nbytes
-    if current:
-        groups.append(current)
+    per tensor): the rule of DDP's buckets and of torch's `_take_tensors` (`group_counts`)."""
+    counts = group_counts([p.numel() * p.element_size() for p in params], cap_bytes,
+                          [p.dtype for p in params])
+    groups, start = [], 0
+    for k in counts:
+        groups.append(params[start:start + k])
+        start += k
     return groups
+
+
+def group_counts(nbytes: list[int], cap_bytes: float, kinds: list[object] | None = None) -> list[int]:
+    """`plan_groups` on sizes only: the number of consecutive tensors (of `nbytes` each, and of
+    `kinds[i]` dtype when given) in each group of at most `cap_bytes`; used by the planners that
+    hold no tensors (the timeline simulator)."""
+    counts: list[int] = []
+    size = 0
+    for i, n in enumerate(nbytes):
+        if not counts or size + n > cap_bytes or (kinds is not None and kinds[i] != kinds[i - 1]):
+            counts.append(0)
+            size = 0
+        counts[-1] += 1
+        size += n
+    return counts
 
 
 def group_sizes(params: list[torch.nn.Parameter], sizes: list[int], pad_to: int = 1) -> list[Bucket]:

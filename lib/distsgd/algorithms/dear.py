@@ -60,18 +60,30 @@ class _Group(Bucket):
 
 def fusion_groups(modules: list[torch.nn.Module], threshold_bytes: float, nearby: int) -> list[list[torch.nn.Module]]:
     """Consecutive modules grouped by size (threshold_bytes > 0: add modules while the group stays
-    within the threshold; a module larger than it is alone) or by count (`nearby` per group)."""
-    groups: list[list[torch.nn.Module]] = []
-    size = 0
-    for m in modules:
-        nbytes = sum(q.numel() * q.element_size() for q in unit_params(m))
-        full = (size + nbytes > threshold_bytes) if threshold_bytes > 0 else (len(groups[-1]) >= nearby if groups else True)
-        if not groups or full:
-            groups.append([])
-            size = 0
-        groups[-1].append(m)
-        size += nbytes
+    within the threshold; a module larger than it is alone) or by count (`nearby` per group),
+    the rule of `fusion_counts`."""
+    counts = fusion_counts([sum(q.numel() * q.element_size() for q in unit_params(m)) for m in modules],
+                           threshold_bytes, nearby)
+    groups, start = [], 0
+    for k in counts:
+        groups.append(modules[start:start + k])
+        start += k
     return groups
+
+
+def fusion_counts(nbytes: list[int], threshold_bytes: float, nearby: int) -> list[int]:
+    """`fusion_groups` on the modules' gradient bytes only (forward order): the number of
+    modules in each group; used by the planners that hold no modules (the timeline simulator)."""
+    counts: list[int] = []
+    size = 0
+    for n in nbytes:
+        full = size + n > threshold_bytes if threshold_bytes > 0 else bool(counts) and counts[-1] >= nearby
+        if not counts or full:
+            counts.append(0)
+            size = 0
+        counts[-1] += 1
+        size += n
+    return counts
 
 
 @register

@@ -42,7 +42,19 @@ if TYPE_CHECKING:
 def server_layout(sizes: list[int], servers: int, piece: int) -> tuple[list[int], int]:
     """For a bucket of tensors of `sizes` elements: the slot position of every element (a list as
     long as sum(sizes), slot j = [j*m, (j+1)*m)) and m. Pieces (whole tensors, or slices of at
-    most `piece` elements when piece > 0) go to the least-loaded of `servers` servers."""
+    most `piece` elements when piece > 0) go to the least-loaded of `servers` servers
+    (`server_assignment`)."""
+    pieces, owner, m = server_assignment(sizes, servers, piece)
+    position = []
+    for n, (j, start) in zip(pieces, owner):
+        position += range(j * m + start, j * m + start + n)
+    return position, m
+
+
+def server_assignment(sizes: list[int], servers: int, piece: int) -> tuple[list[int], list[tuple[int, int]], int]:
+    """The pieces of a bucket (elements each), each piece's (server, offset in its slot), and m,
+    the largest server load (elements): a slot's length, which sets the bytes of the push and the
+    pull (p*m elements) without building the element positions."""
     pieces = []
     for n in sizes:
         step = piece if piece > 0 else n
@@ -53,11 +65,7 @@ def server_layout(sizes: list[int], servers: int, piece: int) -> tuple[list[int]
         j = min(range(servers), key=lambda k: load[k])
         owner.append((j, load[j]))
         load[j] += n
-    m = max(load)
-    position = []
-    for n, (j, start) in zip(pieces, owner):
-        position += range(j * m + start, j * m + start + n)
-    return position, m
+    return pieces, owner, max(load)
 
 
 class _PSBucket:

@@ -1,0 +1,14 @@
+"""The timeline simulator: a step's compute stream and link(s) for every schedule of the kit, on a
+layer profile (`distsgd.layer_profile.Profile`), p ranks and a network (`NetModel`, the model
+`Comm` emulates) or a two-level `Topology`. `simulate(...)` -> `Prediction` (step_s, compute_s,
+exposed_comm_s, events, to_chrome_trace); `python -m distsgd simulate` sweeps configurations.
+
+Modules: `topology` (which link, what cost), `streams` (one rank's compute stream and FIFO
+links), `schedules` (S-SGD schedules, DDP, PS, ByteScheduler, DeAR), `local` (local SGD,
+CoCoD-SGD, SSD-SGD, KAVG), `simulate` (steady state, Prediction, Chrome trace), `sweep` (the CLI's
+table of configurations).
+"""
+from .simulate import ALGORITHMS, Prediction, simulate
+from .topology import Topology
+
+__all__ = ["ALGORITHMS", "Prediction", "Topology", "simulate"]

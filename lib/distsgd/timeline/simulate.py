@@ -1,0 +1,108 @@
+"""`simulate`: the steady-state step time of an algorithm on a layer profile, p ranks and a network.
+
+The rank's streams (`streams.Rank`) run `warmup + measured` iterations of the algorithm's
+schedule (`schedules`, `local`); both counts are multiples of the schedule's cycle (its averaging
+period, 1 for S-SGD), `warmup` at least two cycles and two steps so that cross-iteration overlap
+(DeAR's all-gathers, ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady
+state. With T_i the compute clock when iteration i starts:
+
+    step_s         = (T_{w+m} - T_w) / m                 (w = warmup, m = measured)
+    compute_s      = compute seconds in that window / m  (forward + backward + updates)
+    exposed_comm_s = step_s - compute_s                  (communication the compute waited for)
+    comm_s         = link-busy seconds of the window's collectives / m
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..algorithms.registry import REGISTRY
+from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
+from ..errors import ConfigError
+from ..layer_profile import Profile
+from .local import LOCAL_UPDATES
+from .schedules import SCHEDULES
+from .streams import COMPUTE, Interval, Rank
+from .topology import Topology
+
+ALGORITHMS = {**SCHEDULES, **LOCAL_UPDATES}
+
+
+@dataclass
+class Prediction:
+    """A simulated configuration: steady-state times per iteration and the rank's timeline."""
+
+    algo: str
+    nproc: int
+    net: str
+    params: dict[str, Any]
+    step_s: float
+    compute_s: float
+    exposed_comm_s: float
+    comm_s: float
+    window: tuple[int, int]                      # measured iterations [first, last)
+    events: list[Interval] = field(repr=False, default_factory=list)
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """Write the timeline in the Chrome trace format (JSON `traceEvents`, complete events
+        "X" in microseconds; pid = the rank, every rank being alike; tid = the stream: compute,
+        then the links), which Perfetto (ui.perfetto.dev) and chrome://tracing open."""
+        streams = [COMPUTE] + sorted({e.stream for e in self.events} - {COMPUTE})
+        tid = {s: i for i, s in enumerate(streams)}
+        meta = [{"ph": "M", "name": "process_name", "pid": 0,
+                 "args": {"name": f"rank 0 of {self.nproc} (all alike): {self.algo}, {self.net}"}}]
+        meta += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": tid[s], "args": {"name": s}}
+                 for s in streams]
+        events = [{"ph": "X", "name": e.name, "cat": e.stream, "pid": 0, "tid": tid[e.stream],
+                   "ts": e.start * 1e6, "dur": (e.end - e.start) * 1e6, "args": {"step": e.step}}
+                  for e in self.events]
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ms"}))
+        return path
+
+
+def resolve_network(net: NetModel | str | None, topology: Topology | None) -> Topology:
+    """The topology to simulate on: `topology`, or a flat one of `net` (a NetModel or a --net
+    string); ConfigError when neither gives a network or both are given."""
+    if topology is not None:
+        if net is not None:
+            raise ConfigError("net", net, "None when a topology is given (it holds the networks)")
+        return topology
+    model = parse_net(net) if isinstance(net, str) else net
+    if model is None:
+        raise ConfigError("net", net, NET_FORMAT, "the simulator needs a network")
+    return Topology.flat(model)
+
+
+def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None = None,
+             params: dict[str, Any] | None = None, topology: Topology | None = None,
+             label: str = "") -> Prediction:
+    """Steady-state step of `algo` (with `params`, the algorithm's `Param`s; defaults filled in)
+    on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`."""
+    if algo not in ALGORITHMS:
+        raise ConfigError("algo", algo, sorted(ALGORITHMS))
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ConfigError("nproc", nproc, "an integer >= 1")
+    topo = resolve_network(net, topology)
+    resolved = REGISTRY[algo].resolve_params(dict(params or {}))
+    rank = Rank(topo, nproc)
+    schedule = ALGORITHMS[algo](profile, rank, resolved)
+    cycle = schedule.cycle
+    warmup = cycle * max(2, -(-2 // cycle))
+    measured = cycle * max(1, -(-2 // cycle))
+    for step in range(warmup):
+        schedule.iteration(step)
+    t0, busy0 = rank.t, rank.busy
+    for step in range(warmup, warmup + measured):
+        schedule.iteration(step)
+    step_s = (rank.t - t0) / measured
+    compute_s = (rank.busy - busy0) / measured
+    comm_s = sum(e.end - e.start for e in rank.events
+                 if e.stream != COMPUTE and warmup <= e.step < warmup + measured) / measured
+    return Prediction(algo=algo, nproc=nproc, net=label or str(net if topology is None else topology),
+                      params=resolved, step_s=step_s, compute_s=compute_s,
+                      exposed_comm_s=max(0.0, step_s - compute_s), comm_s=comm_s,
+                      window=(warmup, warmup + measured), events=rank.events)

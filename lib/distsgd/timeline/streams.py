@@ -1,0 +1,68 @@
+"""One rank's streams: a compute stream and its link(s), advanced by the rule of `Comm._record`.
+
+Data-parallel ranks are symmetric (same profile, same schedule, collectives issued in the same
+order), so one rank's timeline is every rank's and the simulator follows one rank only. Its
+compute stream runs one task after the other; a collective issued at compute time t on a link
+that is free at f starts at max(t, f) and is ready `Topology.cost` seconds later, and the link is
+busy until then (one FIFO queue per link, issue order, exactly what `Comm` charges):
+
+    start = max(issue time, link free);   ready = start + cost;   link free <- ready
+
+and `wait(ready)` moves the compute stream to max(now, ready). Every time is a max or a sum of
+known times, so no event queue is needed: the closed form of the discrete-event model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .topology import INTER, Topology
+
+COMPUTE = "compute"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A task on one stream ("compute", or a link "intra" / "inter") from `start` to `end` s."""
+
+    stream: str
+    name: str
+    start: float
+    end: float
+    step: int
+
+
+class Rank:
+    """The compute stream and the links of one (every) rank."""
+
+    def __init__(self, topology: Topology, nproc: int) -> None:
+        self.topology, self.nproc = topology, nproc
+        self.t = 0.0                                   # the compute stream's clock
+        self.free: dict[str, float] = {}               # link -> time it becomes free
+        self.events: list[Interval] = []
+        self.busy = 0.0                                # compute seconds so far
+        self.step = 0                                  # tags the events
+
+    def compute(self, name: str, seconds: float) -> None:
+        """Run a task of `seconds` on the compute stream."""
+        if seconds > 0:
+            self.events.append(Interval(COMPUTE, name, self.t, self.t + seconds, self.step))
+            self.t += seconds
+            self.busy += seconds
+
+    def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
+              link: str = INTER) -> float:
+        """Issue collective `kind` on `nbytes` over `size` ranks (default: all) on `link` at
+        the compute clock; returns its ready time. The compute stream does not wait."""
+        p = self.nproc if size is None else size
+        seconds = self.topology.cost(link, kind, nbytes, p)
+        start = max(self.t, self.free.get(link, 0.0))
+        ready = start + seconds
+        if seconds > 0:
+            self.free[link] = ready
+            label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
+            self.events.append(Interval(link, label, start, ready, self.step))
+        return ready
+
+    def wait(self, ready: float) -> None:
+        """Block the compute stream until `ready` (a collective's ready time)."""
+        self.t = max(self.t, ready)
