@@ -1,0 +1,82 @@
+"""Projected claims: a paper's timing claim decided at the paper's own scale by the timeline
+simulator (`distsgd.timeline`) on a committed layer profile of the paper's model on the paper's
+GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.profiling` documents;
+why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in the README).
+
+A projection is deterministic (committed profile, closed-form timeline), so its "interval" does
+not come from repeats. It comes from the simulator's validated accuracy: the simulator predicts
+this machine's measured step times within `RESOLUTION` (15%, asserted pair by pair in
+tests/test_timeline_validation.py). The rule, fixed before any projection is made, is that a
+projected ratio r of two step times (or of two gains) is decided on the interval
+
+    [r / (1 + RESOLUTION), r * (1 + RESOLUTION)]
+
+so a ratio within 15% of its threshold is inconclusive. A projection is labelled with its profile
+and network (`describe`), and stands beside the small-scale measurement, never replacing it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .claims import Claims
+from .layer_profile import Profile
+from .timeline.sweep import find_profile, sweep
+
+RESOLUTION = 0.15   # the simulator's validated bound on a step time (tests/test_timeline_validation.py)
+
+
+def load_profile(model: str, device: str, batch_size: int | None = None) -> Profile:
+    """The committed profile of `model` on `device` (e.g. "V100-fp32"), with `batch_size` if
+    several exist: reproduce/layer_profiles/<device>/<model>_b<batch>.csv."""
+    return Profile.from_csv(find_profile(model, device, batch_size))
+
+
+def describe(profile: Profile, nproc: int, net: str, gpus_per_node: int = 1, intra: str = "") -> str:
+    """The label every projected number carries: profile (device, source, calibration), worker
+    count and network, e.g. "projection: resnet50 b64 on V100-fp32 (flops-scaled), 64 workers,
+    16 nodes x 4 (PCIe3 inside, 10GbE between)"."""
+    where = (f"{nproc // gpus_per_node} nodes x {gpus_per_node} ({intra} inside, {net} between)"
+             if gpus_per_node > 1 else f"{net} ring")
+    return (f"projection: {profile.model} b{profile.batch_size} on {profile.device} ({profile.source}), "
+            f"{nproc} workers, {where}")
+
+
+def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[int], nets: Iterable[str],
+            gpus_per_node: int = 1, intra: str = "") -> pd.DataFrame:
+    """`timeline.sweep` over labelled cases (dicts: algo, optional params and label, as the
+    benchmark's cases): one row per (label, nproc, net) with the sweep's columns (step_s, compute_s,
+    exposed_comm_s, throughput, ...) plus `label` and `efficiency` = compute_s / step_s."""
+    frames = []
+    for case in cases:
+        df = sweep(profile, [case["algo"]], list(nprocs), list(nets), params=case.get("params"),
+                   gpus_per_node=gpus_per_node, intra=intra, profile_name=f"{profile.model} on {profile.device}")
+        df.insert(0, "label", case.get("label", case["algo"]))
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    out["efficiency"] = out.compute_s / out.step_s
+    return out
+
+
+def interval(ratio: float, resolution: float = RESOLUTION) -> tuple[float, float]:
+    """The decision interval of a projected ratio (module docstring)."""
+    return ratio / (1 + resolution), ratio * (1 + resolution)
+
+
+def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
+           resolution: float = RESOLUTION) -> str:
+    """Decide projected claim `id` on `ratio` with the fixed resolution; `label` is `describe`'s
+    text, `detail` the numbers a reader needs. Returns the verdict."""
+    low, high = interval(ratio, resolution)
+    measured = f"{label}; ratio {ratio:.3f}, ±{resolution:.0%} simulator resolution"
+    return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
+
+
+def write_profile_note(path: str | Path, profile: Profile) -> Path:
+    """A one-line note of which profile a notebook's projection used (beside its figures)."""
+    path = Path(path)
+    path.write_text(f"{profile.model} b{profile.batch_size} {profile.input_shape} on {profile.device} "
+                    f"({profile.source}): {profile.machine}\n")
+    return path

@@ -1,0 +1,37 @@
+"""distsgd.projection: the fixed resolution decides a projected ratio; tables from the simulator."""
+from __future__ import annotations
+
+import pytest
+
+from distsgd import projection as pj
+from distsgd.claims import Claims, Test
+from distsgd.layer_profile import Layer, Profile
+
+
+def tiny_profile() -> Profile:
+    layers = [Layer(name=f"l{i}", forward_s=0.01, backward_s=0.02, update_s=0.0, tensors=[f"l{i}.weight"],
+                    tensor_bytes=[4_000_000], tensor_numel=[1_000_000], forward_flops=0.0, backward_flops=0.0)
+              for i in range(4)]
+    return Profile(model="toy", batch_size=8, input_shape=(3, 32, 32), device="V100-fp32",
+                   source="flops-scaled", machine="test", layers=layers)
+
+
+@pytest.mark.parametrize("ratio, verdict", [(1.5, "reproduced"), (1.25, "inconclusive"), (1.1, "inconclusive"),
+                                            (0.9, "contradicted")])
+def test_ratio_decided_with_the_fixed_resolution(ratio, verdict):
+    claims = Claims("t")
+    claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, "projection"))
+    assert pj.decide(claims, "c", ratio, "projection: toy") == verdict
+    low, high = pj.interval(ratio)
+    assert low == pytest.approx(ratio / 1.15) and high == pytest.approx(ratio * 1.15)
+
+
+def test_project_rows_and_label():
+    prof = tiny_profile()
+    df = pj.project(prof, [{"algo": "no_overlap", "label": "none"}, {"algo": "wfbp"}], [2, 8], ["10GbE", "IB-EDR"])
+    assert len(df) == 2 * 2 * 2 and set(df.label) == {"none", "wfbp"}
+    slow = df[(df.label == "none") & (df.net == "10GbE")].set_index("nproc").step_s
+    assert slow[8] > slow[2] > prof.compute_s                     # communication exposed, growing with p
+    assert (df.efficiency <= 1 + 1e-12).all()
+    assert pj.describe(prof, 64, "10GbE", 4, "PCIe3") == (
+        "projection: toy b8 on V100-fp32 (flops-scaled), 64 workers, 16 nodes x 4 (PCIe3 inside, 10GbE between)")
