@@ -35,3 +35,13 @@ def test_project_rows_and_label():
     assert (df.efficiency <= 1 + 1e-12).all()
     assert pj.describe(prof, 64, "10GbE", 4, "PCIe3") == (
         "projection: toy b8 on V100-fp32 (flops-scaled), 64 workers, 16 nodes x 4 (PCIe3 inside, 10GbE between)")
+
+
+def test_tensor_stats():
+    prof = tiny_profile()
+    prof.layers[0].tensor_bytes[0] = 8_000_000                # one large tensor: mean and max move
+    s = pj.tensor_stats(prof)
+    mb = 2**20
+    assert s["tensors"] == 4 and s["grad_mb"] == pytest.approx(20e6 / mb)
+    assert s["mean_tensor_mb"] == pytest.approx(5e6 / mb) and s["largest_tensor_mb"] == pytest.approx(8e6 / mb)
+    assert s["intensity_ms_per_mb"] == pytest.approx(1e3 * 0.12 / (20e6 / mb))   # 4 x (10 + 20) ms over 20 MB
