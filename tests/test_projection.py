@@ -45,3 +45,8 @@ def test_tensor_stats():
     assert s["tensors"] == 4 and s["grad_mb"] == pytest.approx(20e6 / mb)
     assert s["mean_tensor_mb"] == pytest.approx(5e6 / mb) and s["largest_tensor_mb"] == pytest.approx(8e6 / mb)
     assert s["intensity_ms_per_mb"] == pytest.approx(1e3 * 0.12 / (20e6 / mb))   # 4 x (10 + 20) ms over 20 MB
+
+
+def test_interval_is_ordered_for_negative_values():
+    low, high = pj.interval(-0.5)
+    assert low <= -0.5 <= high

@@ -61,8 +61,9 @@ def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[
 
 
 def interval(ratio: float, resolution: float = RESOLUTION) -> tuple[float, float]:
-    """The decision interval of a projected ratio (module docstring)."""
-    return ratio / (1 + resolution), ratio * (1 + resolution)
+    """The decision interval of a projected ratio (module docstring), low <= high."""
+    a, b = ratio / (1 + resolution), ratio * (1 + resolution)
+    return min(a, b), max(a, b)
 
 
 def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
