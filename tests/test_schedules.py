@@ -33,10 +33,11 @@ CASES = [
 def _train(rank, world, cases, net):
     """Every case from the same initial model and batches, through distsgd's loop order."""
     from distsgd.algorithms import create
-    from distsgd.bench_schedules import synthetic_batches, train_steps
+    from distsgd.bench_schedules import synthetic_batches
     from distsgd.comm import Comm, parse_net
     from distsgd.config import Config
     from distsgd.models import build_model
+    from distsgd.step import train_steps
 
     Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
     out = []
@@ -47,7 +48,7 @@ def _train(rank, world, cases, net):
         comm = Comm(rank, world, torch.device("cpu"), parse_net(net))
         a = create(algo, params)
         run = a.setup(model, opt, comm, Config(algo=algo, params=params, nproc=world, momentum=0.9))
-        train_steps(a, run, opt, synthetic_batches((3, 8, 8), 8, seed=rank), 0, STEPS)
+        train_steps(a, opt, run, torch.nn.functional.cross_entropy, synthetic_batches((3, 8, 8), 8, seed=rank), 0, STEPS)
         before = [p.detach().numpy().copy() for p in model.parameters()]
         a.finalize()
         comm.assert_drained()
