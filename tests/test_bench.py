@@ -92,3 +92,21 @@ def test_real_collective_times_and_emulation_headroom():
     assert bool(head.emulable["slow"]) and not bool(head.emulable["fast"])
     assert head.modeled_s["slow"] == pytest.approx(parse_net(nets["slow"]).cost("all_reduce", 2**20, 2))
     assert (head.real_s > 0).all()
+
+
+@pytest.mark.multiproc
+def test_bench_runs_on_the_ranks_torchrun_started(tmp_path):
+    """`torchrun ... -m distsgd bench --launcher env`: the job's ranks are the group (p = the
+    job's world size, --nprocs ignored), rank 0 writes the CSV and prints the medians."""
+    csv = tmp_path / "bench.csv"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "distsgd", "bench", "--launcher", "env", "--models", "mlp", "--nprocs", "4",
+                          "--algos", "WFBP", "--nets", "IB-like,real", "--reps", "1", "--steps", "1",
+                          "--warmup", "1", "--batch-size", "4", "--csv", str(csv)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    df = pd.read_csv(csv, keep_default_na=False)
+    assert set(df.nproc) == {2} and set(df.net_name) == {"IB-like", "real", "none"}
+    assert (df[df.net_name == "real"].net == "").all() and (df.step_s > 0).all()
+    assert out.stdout.count("wrote ") == 1

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from .caps import Caps
 from .errors import ConfigError
-from .launch import on_ranks, on_this_rank
+from .launch import adopt_slurm_env, on_ranks, on_this_rank
 from .models.transformer import BERT_VOCAB
 from .step import train_steps
 
@@ -285,6 +285,7 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
         path = Path(tmp) / "bench.csv" if out is None else Path(out)
         args = (models, shapes, cases, networks, batch_size, steps, warmup, repeats, net_reference, path, backend)
         if launcher == "env":
+            adopt_slurm_env(backend)
             if int(os.environ.get("RANK", "0")) != 0:
                 on_this_rank(_bench_group, *args, join=backend)
                 return pd.DataFrame()

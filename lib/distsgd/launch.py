@@ -69,6 +69,18 @@ def launch(config: Config, run_dir: Path) -> None:
         spawn(config, run_dir)
 
 
+def adopt_slurm_env(backend: str) -> None:
+    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
+    SLURM's (`distsgd.cluster.from_slurm`, `launch_env`), so that `--launcher env` finds its rank;
+    nothing elsewhere."""
+    from .cluster import from_slurm, launch_env
+
+    if "RANK" not in os.environ:
+        placement = from_slurm(os.environ)
+        if placement is not None:
+            os.environ.update(launch_env(placement, backend))
+
+
 def loopback_interface() -> str:
     """The loopback interface's name ('lo' on Linux, 'lo0' on macOS)."""
     names = [name for _, name in socket.if_nameindex()]
