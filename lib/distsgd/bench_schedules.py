@@ -233,8 +233,10 @@ def check_bench_inputs(models: list[str], cases: list[dict], networks: dict, bac
         if model not in INPUT_SHAPES:
             raise ConfigError("models", model, sorted(INPUT_SHAPES))
     for case in cases:
+        if case["algo"] == "compute":           # the no-communication baseline, as a case
+            continue
         if case["algo"] not in REGISTRY:
-            raise ConfigError("algo", case["algo"], sorted(REGISTRY))
+            raise ConfigError("algo", case["algo"], ["compute", *sorted(REGISTRY)])
         REGISTRY[case["algo"]].resolve_params(case.get("params", {}))
     for name, ratios in networks.items():
         if ratios is not None and len(ratios) != 2:
@@ -256,7 +258,8 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
                     batch_size: int = 16, steps: int = 8, warmup: int = 3, repeats: int = 3,
                     net_reference: str | None = None, out: str | Path | None = None,
                     caps: Caps | None = None, backend: str = "gloo", launcher: str = "spawn") -> pd.DataFrame:
-    """Time every case on every model, p and network. A case is a dict: algo, params, label, and
+    """Time every case on every model, p and network. A case is a dict: algo (a registered
+    algorithm, or "compute": no communication), params, label, and
     optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). A network is
     (comm_ratio, latency_ratio) scaled by `scaled_net`, or None: no emulation (`REAL`). Writes to
     the CSV `out` (a temporary file if None) one tidy row per measurement as it is measured: model,
