@@ -13,5 +13,5 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 120) -> lis
     """fn(rank, world, *args) on `world` processes; returns the per-rank results in rank order."""
     try:
         return on_ranks(fn, world, *args, timeout=timeout, join=None)
-    except RuntimeError as exc:                       # a failing rank fails the test
+    except (RuntimeError, TimeoutError) as exc:       # a failing or hanging rank fails the test
         raise AssertionError(str(exc)) from None

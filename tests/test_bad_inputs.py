@@ -221,3 +221,34 @@ def test_bad_profile_is_refused_before_any_notebook(name, text, status, message,
     assert code == status
     assert message in captured.out + captured.err
     assert "Traceback" not in captured.out + captured.err
+
+
+BENCH_CASES = [
+    ("bench-unknown-net", ["--nets", "10GbE-like,5G"], "nets"),
+    ("bench-unknown-schedule", ["--algos", "WFBP,Horovod"], "algos"),
+    ("bench-unknown-model", ["--models", "mlp,alexnet"], "models"),
+]
+
+
+@pytest.mark.parametrize("name,argv,field", BENCH_CASES + [("bench-nccl-without-gpu", ["--backend", "nccl"], "backend")],
+                         ids=[c[0] for c in BENCH_CASES] + ["bench-nccl-without-gpu"])
+def test_bad_bench_arguments_fail_before_any_rank(name, argv, field, tmp_path, monkeypatch, capsys) -> None:
+    """`python -m distsgd bench` refuses a bad argument with exit status 2 and one line naming the
+    field, before any rank starts (an `on_ranks` call fails the test). Without a GPU,
+    `--backend nccl` is such a bad argument."""
+    from distsgd import bench_schedules
+
+    if name == "bench-nccl-without-gpu" and __import__("torch").cuda.is_available():
+        pytest.skip("this host has a GPU: nccl is allowed")
+
+    def no_ranks(*args, **kwargs):
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(bench_schedules, "on_ranks", no_ranks)
+    monkeypatch.setattr(bench_schedules, "on_this_rank", no_ranks)
+    csv = tmp_path / "bench.csv"
+    status = cli.main(["bench", *argv, "--csv", str(csv)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2, err
+    assert err.startswith(f"error: invalid {field}=") and len(err.splitlines()) == 1, err
+    assert not csv.exists()

@@ -1,10 +1,12 @@
-"""The schedule benchmark: network scaling rule, the tidy CSV of `python -m distsgd bench`,
-medians, the timing-noise gauge and the emulation-headroom check."""
+"""The schedule benchmark: network scaling rule, the tidy CSV of `python -m distsgd bench` (rows
+kept when interrupted), medians, the timing-noise gauge and the emulation-headroom check."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -48,6 +50,33 @@ def test_bench_cli_writes_a_tidy_csv(tmp_path):
     assert set(df.label) == {"WFBP", "DeAR", "compute"}
     assert set(df[df.label != "compute"].net_name) == {"10GbE-like", "IB-like"}
     assert (df.step_s > 0).all() and "DeAR" in out.stdout
+    assert (df.backend == "gloo").all() and (df.peak_rss_mb > 0).all()
+
+
+@pytest.mark.multiproc
+def test_an_interrupted_bench_keeps_the_rows_it_measured(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once some rows are in the
+    CSV: the command stops (no hang, no rank left), and the CSV keeps those rows, header once."""
+    csv = tmp_path / "bench.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "distsgd", "bench", "--models", "mlp", "--nprocs", "2",
+                             "--algos", "WFBP", "--nets", "IB-like", "--reps", "50", "--steps", "1",
+                             "--warmup", "1", "--batch-size", "4", "--csv", str(csv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 240
+        while not (csv.exists() and len(csv.read_text().splitlines()) >= 4):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, out
+    df = pd.read_csv(csv)
+    assert len(df) >= 3 and (df.step_s > 0).all() and set(df.label) <= {"WFBP", "compute"}
+    assert len(df) < 100, "the benchmark was not interrupted"
 
 
 @pytest.mark.multiproc
@@ -63,3 +92,21 @@ def test_real_collective_times_and_emulation_headroom():
     assert bool(head.emulable["slow"]) and not bool(head.emulable["fast"])
     assert head.modeled_s["slow"] == pytest.approx(parse_net(nets["slow"]).cost("all_reduce", 2**20, 2))
     assert (head.real_s > 0).all()
+
+
+@pytest.mark.multiproc
+def test_bench_runs_on_the_ranks_torchrun_started(tmp_path):
+    """`torchrun ... -m distsgd bench --launcher env`: the job's ranks are the group (p = the
+    job's world size, --nprocs ignored), rank 0 writes the CSV and prints the medians."""
+    csv = tmp_path / "bench.csv"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "distsgd", "bench", "--launcher", "env", "--models", "mlp", "--nprocs", "4",
+                          "--algos", "WFBP", "--nets", "IB-like,real", "--reps", "1", "--steps", "1",
+                          "--warmup", "1", "--batch-size", "4", "--csv", str(csv)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    df = pd.read_csv(csv, keep_default_na=False)
+    assert set(df.nproc) == {2} and set(df.net_name) == {"IB-like", "real", "none"}
+    assert (df[df.net_name == "real"].net == "").all() and (df.step_s > 0).all()
+    assert out.stdout.count("wrote ") == 1

@@ -54,3 +54,18 @@ def test_trace_is_one_steady_iteration(tmp_path):
     assert "compute" in kinds and len(kinds) >= 2                            # compute and the link(s)
     assert sum(e["cat"] == "compute" for e in events) == 2 * len(prof.layers)  # each layer's forward and backward
     assert 0 < len(events) < len(full.events)
+
+
+def test_tensor_stats():
+    prof = tiny_profile()
+    prof.layers[0].tensor_bytes[0] = 8_000_000                # one large tensor: mean and max move
+    s = pj.tensor_stats(prof)
+    mb = 2**20
+    assert s["tensors"] == 4 and s["grad_mb"] == pytest.approx(20e6 / mb)
+    assert s["mean_tensor_mb"] == pytest.approx(5e6 / mb) and s["largest_tensor_mb"] == pytest.approx(8e6 / mb)
+    assert s["intensity_ms_per_mb"] == pytest.approx(1e3 * 0.12 / (20e6 / mb))   # 4 x (10 + 20) ms over 20 MB
+
+
+def test_interval_is_ordered_for_negative_values():
+    low, high = pj.interval(-0.5)
+    assert low <= -0.5 <= high

@@ -17,11 +17,22 @@ term, 2(p-1) * alpha, is `latency_ratio` x C. "10GbE-like": comm_ratio 1 (commun
 as computation) and latency_ratio 0.015 (10 GbE's ~25 us per hop over the 62 hops of a ring
 all-reduce on the survey's 32 GPUs, against a ~100 ms GPU iteration); "IB-like": 10x the
 bandwidth and a tenth of the latency (the papers' 10 Gb/s Ethernet vs 100 Gb/s InfiniBand).
+"real" (`REAL`) is no emulation: the backend's own interconnect (NVLink, InfiniBand, ... with NCCL).
+
+Rows are appended to the CSV by rank 0 as they are measured (`append_row`), so an interrupted
+benchmark keeps what it measured. `backend="nccl"` runs every rank on its own GPU
+(cuda:LOCAL_RANK) and synchronises the device before reading the clock; `launcher="env"` runs the
+benchmark on the ranks torchrun/srun started (one group: the job's WORLD_SIZE), like
+`train --launcher env`.
 """
 from __future__ import annotations
 
+import os
 import random
+import resource
 import statistics
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +43,10 @@ import torch
 import torch.nn.functional as F
 
 from .caps import Caps
-from .launch import on_ranks
+from .errors import ConfigError
+from .launch import adopt_slurm_env, on_ranks, on_this_rank
 from .models.transformer import BERT_VOCAB
-from .step import train_step
+from .step import train_steps
 
 INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32),
                 "bert_base": (128,)}
@@ -50,6 +62,9 @@ MODEL_OPTIONS: dict[str, dict[str, Any]] = {
 VOCAB = {"bert_base": BERT_VOCAB}
 NUM_CLASSES = 10
 NETWORKS = {"10GbE-like": (1.0, 0.015), "IB-like": (0.1, 0.0015)}   # (comm_ratio, latency_ratio)
+REAL = "real"                   # a network name: no emulation, the backend's own interconnect
+BACKENDS = ("gloo", "nccl")
+LAUNCHERS = ("spawn", "env")
 DEFAULT_CASES = [
     {"algo": "no_overlap", "label": "no overlap"},
     {"algo": "wfbp", "label": "WFBP"},
@@ -63,25 +78,29 @@ DEFAULT_CASES = [
 ]
 
 
-# ---------------------------------------------------------------------- the per-rank loop
-def train_steps(algo: Any, net: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]], start: int, steps: int) -> None:
-    """`steps` iterations of a run's step (`distsgd.step.train_step`) on batches(step)."""
-    for step in range(start, start + steps):
-        x, y = batches(step)
-        train_step(algo, optimizer, net, F.cross_entropy, x, y, step)
-
-
-def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int,
-                      vocab: int | None = None) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """Deterministic random batches per (seed, step): the compute, not the data, matters here.
-    Inputs are normal noise, or token ids uniform in [0, vocab) if `vocab` is given."""
+def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int, vocab: int | None = None,
+                      device: torch.device = torch.device("cpu")) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """Deterministic random batches per (seed, step), made on the CPU and moved to `device`: the
+    compute, not the data, matters here. Inputs are normal noise, or token ids uniform in
+    [0, vocab) if `vocab` is given."""
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         x = (torch.randn(batch_size, *shape, generator=g) if vocab is None
              else torch.randint(0, vocab, (batch_size, *shape), generator=g))
-        return x, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)
+        return x.to(device), torch.randint(0, NUM_CLASSES, (batch_size,), generator=g).to(device)
     return batch
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a GPU, so that the clock reads what it took (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, MiB (getrusage; Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def input_shape(model: str, caps: Caps) -> tuple[int, ...]:
@@ -103,9 +122,10 @@ class Case:
 
 
 def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int,
-              shape: tuple[int, ...] | None = None) -> float:
+              shape: tuple[int, ...] | None = None, device: torch.device = torch.device("cpu")) -> float:
     """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean), on inputs
-    of `shape` (default: the model's `INPUT_SHAPES`)."""
+    of `shape` (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read
+    after `torch.cuda.synchronize`)."""
     from .algorithms import Algorithm, create
     from .comm import Comm, parse_net
     from .config import Config
@@ -113,22 +133,24 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
 
     shape = shape or INPUT_SHAPES[case.model]
     torch.manual_seed(0)
-    model = build_model(case.model, shape, NUM_CLASSES, **MODEL_OPTIONS[case.model])
+    model = build_model(case.model, shape, NUM_CLASSES, **MODEL_OPTIONS[case.model]).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    comm = Comm(rank, world, torch.device("cpu"), parse_net(case.net))
+    comm = Comm(rank, world, device, parse_net(case.net))
     algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
     config = Config(algo="ssgd" if case.algo == "compute" else case.algo, params=case.params,
                     model=case.model, nproc=world, batch_size=batch_size, momentum=0.9, net=case.net)
     net = algo.setup(model, optimizer, comm, config)
-    batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model))
+    batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model), device=device)
     net.train()
     try:
-        train_steps(algo, net, optimizer, batches, 0, warmup)
+        train_steps(algo, optimizer, net, F.cross_entropy, batches, 0, warmup)
+        _synchronize(device)
         comm.barrier()
         t0 = time.perf_counter()
-        train_steps(algo, net, optimizer, batches, warmup, steps)
+        train_steps(algo, optimizer, net, F.cross_entropy, batches, warmup, steps)
         algo.finalize()
-        elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64)
+        _synchronize(device)
+        elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64, device=device)
         comm.assert_drained()
         return comm.reduce_uncounted(elapsed, op="max").item()
     finally:
@@ -153,73 +175,147 @@ def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency
 
 
 # ---------------------------------------------------------------------- the benchmark
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append `row` to the CSV `path`, with the header first when the file is new or empty."""
+    write_header = not path.exists() or path.stat().st_size == 0
+    pd.DataFrame([row]).to_csv(path, mode="a", header=write_header, index=False)
+
+
 def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tuple[int, ...]],
-                 cases: list[dict], networks: dict, batch_size: int, steps: int, warmup: int,
-                 repeats: int, net_reference: str | None) -> list[dict]:
-    """On one group of ranks: measure compute per model, scale the networks to it (or to the
-    model `net_reference`, then the same network for every model), then time every case and the
-    compute-only baseline, `repeats` rounds, each in a different (seeded, rank-independent) order."""
-    compute = {m: statistics.median(time_case(Case(m, "compute"), rank, world, batch_size, steps, warmup,
-                                              shapes[m]) for _ in range(2)) for m in models}
+                 cases: list[dict], networks: dict[str, tuple[float, float] | None], batch_size: int,
+                 steps: int, warmup: int, repeats: int, net_reference: str | None, out: Path,
+                 backend: str) -> None:
+    """On one group of ranks: measure compute per model (the median of two compute-only timings),
+    scale the networks to it (or to the model `net_reference`, then the same
+    network for every model; `REAL`'s value None: no emulation), then time every case and the
+    compute-only baseline, `repeats` rounds, each in a different (seeded, rank-independent) order.
+    Rank 0 appends each row to `out` as soon as it is measured."""
+    from .comm import Comm
+
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    bookkeeping = Comm(rank, world, device)
+
+    def timed(case: Case, extra_warmup: int = 0) -> float:
+        return time_case(case, rank, world, batch_size, steps, warmup + extra_warmup, shapes[case.model], device)
+
+    compute = {m: statistics.median(timed(Case(m, "compute")) for _ in range(2))
+               for m in {*models, net_reference or models[0]}}
     nets: dict[tuple[str, str], str] = {}
     for model in models:
         ref = net_reference or model
-        c = compute[ref] if ref in compute else statistics.median(
-            time_case(Case(ref, "compute"), rank, world, batch_size, steps, warmup, shapes[ref])
-            for _ in range(2))
-        for name, (ratio, latency_ratio) in networks.items():
-            nets[model, name] = scaled_net(c, grad_bytes(ref), world, ratio, latency_ratio)
+        for name, ratios in networks.items():
+            nets[model, name] = "" if ratios is None else scaled_net(compute[ref], grad_bytes(ref), world, *ratios)
     todo = [Case(model, c["algo"], c.get("params", {}), nets[model, name], c.get("label", c["algo"]), name)
             for model in models for name in networks for c in cases]
     todo += [Case(model, "compute", {}, "", "compute", "none") for model in models]
-    rows = []
     for r in range(repeats):
         order = list(todo)
         random.Random(r).shuffle(order)
         for case in order:
             extra = next((c.get("warmup", 0) for c in cases
                           if c["algo"] == case.algo and c.get("params", {}) == case.params), 0)
-            t = time_case(case, rank, world, batch_size, steps, warmup + extra, shapes[case.model])
-            rows.append(dict(model=case.model, label=case.label, algo=case.algo, params=str(case.params),
-                             nproc=world, net_name=case.net_name, net=case.net, repeat=r, step_s=t,
-                             grad_bytes=grad_bytes(case.model)))
-    return rows
+            t = timed(case, extra)
+            rss = bookkeeping.reduce_uncounted(torch.tensor(peak_rss_mb(), dtype=torch.float64, device=device),
+                                               op="max").item()
+            if rank == 0:
+                append_row(out, dict(
+                    model=case.model, label=case.label, algo=case.algo, params=str(case.params), nproc=world,
+                    net_name=case.net_name, net=case.net, repeat=r, step_s=t, grad_bytes=grad_bytes(case.model),
+                    throughput=world * batch_size / t, batch_size=batch_size, backend=backend, peak_rss_mb=rss))
+
+
+def check_bench_inputs(models: list[str], cases: list[dict], networks: dict, backend: str, launcher: str,
+                       nprocs: list[int]) -> None:
+    """Refuse what the ranks would fail on, before any process starts (`ConfigError`)."""
+    from .algorithms import REGISTRY
+
+    for model in models:
+        if model not in INPUT_SHAPES:
+            raise ConfigError("models", model, sorted(INPUT_SHAPES))
+    for case in cases:
+        if case["algo"] == "compute":           # the no-communication baseline, as a case
+            continue
+        if case["algo"] not in REGISTRY:
+            raise ConfigError("algo", case["algo"], ["compute", *sorted(REGISTRY)])
+        REGISTRY[case["algo"]].resolve_params(case.get("params", {}))
+    for name, ratios in networks.items():
+        if ratios is not None and len(ratios) != 2:
+            raise ConfigError("networks", name, "(comm_ratio, latency_ratio) pairs, or None for no emulation")
+    if backend not in BACKENDS:
+        raise ConfigError("backend", backend, BACKENDS)
+    if launcher not in LAUNCHERS:
+        raise ConfigError("launcher", launcher, LAUNCHERS)
+    if backend == "nccl" and launcher == "spawn":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError("backend", backend, BACKENDS, "nccl needs one CUDA GPU per rank; this host has none")
+        if max(nprocs) > gpus:
+            raise ConfigError("nprocs", max(nprocs), f"at most {gpus} (GPUs on this host, one per rank)")
 
 
 def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Iterable[dict] | None = None,
-                    nprocs: Iterable[int] = (2, 4), networks: dict[str, tuple[float, float]] | None = None,
+                    nprocs: Iterable[int] = (2, 4), networks: dict[str, tuple[float, float] | None] | None = None,
                     batch_size: int = 16, steps: int = 8, warmup: int = 3, repeats: int = 3,
                     net_reference: str | None = None, out: str | Path | None = None,
-                    caps: Caps | None = None) -> pd.DataFrame:
-    """Time every case on every model, p and network. A case is a dict: algo, params, label, and
-    optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). Returns (and writes to
-    the CSV `out`) one tidy row per measurement: model, label, algo, params, nproc, net_name, net,
-    repeat, step_s, grad_bytes, compute_s (median compute-only step time of that model and p),
-    efficiency (compute_s / step_s), throughput (samples/s over all ranks), batch_size. Rows
-    labelled 'compute' are the no-communication baseline (net_name 'none'). `caps` (default:
-    `Caps.from_env()`, which the full-profile dry run sets) bound p and the batch as they bound a
-    run's (`distsgd.caps`), and the sequence length of the text encoders' inputs."""
+                    caps: Caps | None = None, backend: str = "gloo", launcher: str = "spawn") -> pd.DataFrame:
+    """Time every case on every model, p and network. A case is a dict: algo (a registered
+    algorithm, or "compute": no communication), params, label, and
+    optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). A network is
+    (comm_ratio, latency_ratio) scaled by `scaled_net`, or None: no emulation (`REAL`). Writes to
+    the CSV `out` (a temporary file if None) one tidy row per measurement as it is measured: model,
+    label, algo, params, nproc, net_name, net, repeat, step_s, grad_bytes, throughput (samples/s
+    over all ranks), batch_size, backend, peak_rss_mb (the largest peak resident memory of any rank
+    so far, MiB); an interrupted benchmark leaves these. Once every case ran, the file is rewritten
+    with compute_s (median compute-only step time of that model and p) and efficiency
+    (compute_s / step_s) added, and that is what is returned. Rows labelled 'compute' are the
+    no-communication baseline (net_name 'none').
+
+    `backend` "nccl": one GPU per rank (cuda:LOCAL_RANK). `launcher` "spawn": one group of p local
+    ranks per p in `nprocs`; "env": this process is a rank started by torchrun/srun and the group is
+    the job's (`nprocs` is ignored); rank 0 writes the CSV and returns the rows, the other ranks an
+    empty DataFrame. `caps` (default: `Caps.from_env()`, which the full-profile dry run sets) bound
+    p and the batch as they bound a run's (`distsgd.caps`), and the sequence length of the text
+    encoders' inputs."""
     caps = Caps.from_env() if caps is None else caps
     cases = list(cases or DEFAULT_CASES)
-    networks = dict(networks or NETWORKS)
+    networks = dict(NETWORKS if networks is None else networks)
     models = list(models)
     nprocs = sorted({caps.bound("nproc", p) for p in nprocs})
+    check_bench_inputs(models, cases, networks, backend, launcher, nprocs)
     batch_size = caps.bound("batch_size", batch_size)
     shapes = {m: input_shape(m, caps) for m in {*models, *([net_reference] if net_reference else [])}}
-    rows = []
-    for p in nprocs:
-        rows += on_ranks(_bench_group, p, models, shapes, cases, networks, batch_size, steps, warmup,
-                         repeats, net_reference)[0]
-    df = pd.DataFrame(rows)
+    with tempfile.TemporaryDirectory(prefix="distsgd-bench-") as tmp:
+        path = Path(tmp) / "bench.csv" if out is None else Path(out)
+        args = (models, shapes, cases, networks, batch_size, steps, warmup, repeats, net_reference, path, backend)
+        if launcher == "env":
+            adopt_slurm_env(backend)
+            if int(os.environ.get("RANK", "0")) != 0:
+                on_this_rank(_bench_group, *args, join=backend)
+                return pd.DataFrame()
+            _start_csv(path)
+            on_this_rank(_bench_group, *args, join=backend)
+        else:
+            _start_csv(path)
+            for p in nprocs:
+                on_ranks(_bench_group, p, *args, join=backend)
+        df = with_efficiency(pd.read_csv(path, keep_default_na=False))
+        df.to_csv(path, index=False)
+        return df
+
+
+def with_efficiency(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with compute_s (the median step time of the rows labelled 'compute' of the same model
+    and p) and efficiency (compute_s / step_s)."""
     base = df[df.algo == "compute"].groupby(["model", "nproc"]).step_s.median()
     df["compute_s"] = [base[(m, p)] for m, p in zip(df.model, df.nproc)]
     df["efficiency"] = df.compute_s / df.step_s
-    df["throughput"] = df.nproc * batch_size / df.step_s
-    df["batch_size"] = batch_size
-    if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out, index=False)
     return df
+
+
+def _start_csv(path: Path) -> None:
+    """A new benchmark's CSV: its directory made, an earlier benchmark's file removed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
 
 
 def medians(df: pd.DataFrame) -> pd.DataFrame:

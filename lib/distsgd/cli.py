@@ -185,14 +185,47 @@ def cmd_worker(run_dir: Path) -> int:
 def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
     """Options of `bench` without --validate-emulation: the schedule benchmark."""
     g = b.add_argument_group("schedule benchmark (without --validate-emulation)")
-    g.add_argument("--models", default="mlp,transformer", help="comma-separated: mlp, resnet18, transformer")
+    g.add_argument("--models", default="mlp,transformer", help="comma-separated: mlp, resnet18, transformer, bert_base")
     g.add_argument("--algos", default="",
                    help="comma-separated schedule labels to keep (default: all of distsgd.bench_schedules.DEFAULT_CASES)")
-    g.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
+    g.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p (--launcher env: the job's)")
+    g.add_argument("--nets", default="",
+                   help="comma-separated networks: 10GbE-like, IB-like (emulated, scaled to the measured "
+                        "compute), real (no emulation); default: the two emulated ones, and real with nccl")
+    g.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
+                   help="nccl: one GPU per rank (cuda:LOCAL_RANK)")
+    g.add_argument("--launcher", default="auto", choices=["auto", "spawn", "env"],
+                   help="spawn: local ranks; env: this process is a rank of torchrun/srun (auto: env "
+                        "when RANK and WORLD_SIZE are set)")
     g.add_argument("--steps", type=int, default=8, help="timed iterations per case")
     g.add_argument("--warmup", type=int, default=3, help="untimed iterations per case")
     g.add_argument("--batch-size", type=int, default=16, help="per rank")
-    g.add_argument("--csv", default="bench_schedules.csv", help="where to write the tidy CSV")
+    g.add_argument("--csv", default="bench_schedules.csv", help="the tidy CSV, appended row by row as measured")
+
+
+def _bench_cases(algos: str) -> list[dict]:
+    """The cases of DEFAULT_CASES named (label or algorithm) in the comma-separated `algos`."""
+    from .bench_schedules import DEFAULT_CASES
+
+    keep = [a.strip() for a in algos.split(",") if a.strip()]
+    known = {c["label"] for c in DEFAULT_CASES} | {c["algo"] for c in DEFAULT_CASES}
+    for name in keep:
+        if name not in known:
+            raise ConfigError("algos", name, sorted(known))
+    return [c for c in DEFAULT_CASES if not keep or c["label"] in keep or c["algo"] in keep]
+
+
+def _bench_networks(nets: str, backend: str) -> dict[str, tuple[float, float] | None]:
+    """The networks named in the comma-separated `nets` (default: see --nets)."""
+    from .bench_schedules import NETWORKS, REAL
+
+    known = {**NETWORKS, REAL: None}
+    names = [n.strip() for n in nets.split(",") if n.strip()] or \
+        ([REAL] if backend == "nccl" else []) + list(NETWORKS)
+    for name in names:
+        if name not in known:
+            raise ConfigError("nets", name, sorted(known))
+    return {name: known[name] for name in names}
 
 
 def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
@@ -244,16 +277,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_schedules(args: argparse.Namespace) -> int:
-    """`python -m distsgd bench`: time every schedule (repeats = --reps), write the CSV, print medians."""
-    from .bench_schedules import DEFAULT_CASES, bench_schedules, medians
+    """`python -m distsgd bench`: time every schedule (repeats = --reps), append each row to the
+    CSV as it is measured, print the medians (rank 0)."""
+    from .bench_schedules import bench_schedules, medians
+    from .launch import detect_launcher
 
-    keep = [a.strip() for a in args.algos.split(",") if a.strip()]
-    cases = [c for c in DEFAULT_CASES if not keep or c["label"] in keep or c["algo"] in keep]
-    df = bench_schedules(models=args.models.split(","), cases=cases,
-                         nprocs=[int(p) for p in args.nprocs.split(",")], batch_size=args.batch_size,
-                         steps=args.steps, warmup=args.warmup, repeats=args.reps, out=args.csv)
-    print(medians(df).to_string(index=False))
-    print(f"wrote {args.csv}")
+    df = bench_schedules(models=args.models.split(","), cases=_bench_cases(args.algos),
+                         nprocs=[int(p) for p in args.nprocs.split(",")],
+                         networks=_bench_networks(args.nets, args.backend), batch_size=args.batch_size,
+                         steps=args.steps, warmup=args.warmup, repeats=args.reps, out=args.csv,
+                         backend=args.backend, launcher=detect_launcher(args.launcher))
+    if len(df):
+        print(medians(df).to_string(index=False))
+        print(f"wrote {args.csv} (peak resident memory of a rank: {df.peak_rss_mb.max():.0f} MiB)")
     return 0
 
 

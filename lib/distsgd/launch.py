@@ -16,19 +16,24 @@ local rendezvous file):
   CPU) per rank; a notebook that starts dozens of runs keeps one forkserver.
 - env (torchrun or srun on a cluster): this process already is one rank; run it in place.
   torchrun does the supervising there.
+
+`on_ranks(fn, p, ...)` (benchmarks, tests) starts its ranks through the same mechanism as a run:
+`start_ranks` (forkserver, environment, file rendezvous on loopback, output to a per-rank log) and
+`supervise` (fail fast when a rank dies, `WorkerError` naming the rank and its cause, a deadline so
+that nothing hangs); only what a rank runs differs. `on_this_rank` is its `env` counterpart.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import socket
 import sys
 import tempfile
 import time
-import traceback
 import types
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Iterator
 from pathlib import Path
@@ -36,7 +41,7 @@ from pathlib import Path
 from .comm.comm import INIT_METHOD_ENV
 from .config import Config
 from .errors import ConfigError, WorkerError
-from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, run_worker
+from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
 
 # distsgd.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first
 # optimizer imports it (about 3 s of CPU per rank otherwise)
@@ -45,8 +50,14 @@ PRELOAD = ["distsgd.worker", "torch._dynamo"]
 
 def launcher_for(config: Config) -> str:
     """'env' when this process was started by torchrun/srun with a world set, else 'spawn'."""
-    if config.launcher != "auto":
-        return config.launcher
+    return detect_launcher(config.launcher)
+
+
+def detect_launcher(choice: str) -> str:
+    """`choice` ('spawn' or 'env'), or for 'auto': 'env' when this process was started by
+    torchrun/srun with a world set (RANK and WORLD_SIZE), else 'spawn'."""
+    if choice != "auto":
+        return choice
     return "env" if "WORLD_SIZE" in os.environ and "RANK" in os.environ else "spawn"
 
 
@@ -56,6 +67,18 @@ def launch(config: Config, run_dir: Path) -> None:
         run_worker(run_dir, config)
     else:
         spawn(config, run_dir)
+
+
+def adopt_slurm_env(backend: str) -> None:
+    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
+    SLURM's (`distsgd.cluster.from_slurm`, `launch_env`), so that `--launcher env` finds its rank;
+    nothing elsewhere."""
+    from .cluster import from_slurm, launch_env
+
+    if "RANK" not in os.environ:
+        placement = from_slurm(os.environ)
+        if placement is not None:
+            os.environ.update(launch_env(placement, backend))
 
 
 def loopback_interface() -> str:
@@ -112,78 +135,134 @@ def spawn(config: Config, run_dir: Path) -> None:
     gpus = torch.cuda.device_count() if config.device != "cpu" and config.backend != "gloo" else 0
     if config.device == "cuda" and gpus < config.nproc:
         raise ConfigError("nproc", config.nproc, f"at most {gpus} (GPUs on this host, one per rank)")
+    ctx = _forkserver(config)
+    with start_ranks(ctx, run_dir, config.nproc, gpus, hide_main=True,
+                     body=lambda rank: functools.partial(worker_main, run_dir)) as procs:
+        bar = _ProgressBar(config, run_dir)
+        try:
+            supervise(procs, run_dir, poll=bar.poll)
+        finally:
+            bar.close()
+
+
+@contextmanager
+def start_ranks(ctx: multiprocessing.context.BaseContext, run_dir: Path, world: int, gpus: int,
+                hide_main: bool, body: Callable[[int], Callable[[], int | None]]) -> Iterator[list[BaseProcess]]:
+    """Start `world` local ranks from `ctx`, rank r running `body(r)()` with its environment
+    (`worker_env`: torchrun variables, the file rendezvous in RUN_DIR/ranks, loopback sockets) and
+    its output in RUN_DIR/ranks/rank<r>.log; on leaving, stop those still running and remove the
+    rendezvous file. `hide_main`: start them with the caller's `__main__` hidden (`_bare_main`)."""
     ranks_dir = run_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
     rendezvous = rendezvous_file(ranks_dir)
-    ctx = _forkserver(config)
     procs: list[BaseProcess] = []
     try:
-        for rank in range(config.nproc):
-            procs.append(ctx.Process(target=_worker, name=f"distsgd-rank{rank}", args=(
-                str(run_dir), worker_env(rank, config.nproc, rendezvous, gpus), str(ranks_dir / f"rank{rank}.log"))))
-            with _bare_main():
+        for rank in range(world):
+            procs.append(ctx.Process(target=_rank_main, name=f"distsgd-rank{rank}", args=(
+                worker_env(rank, world, rendezvous, gpus), str(ranks_dir / f"rank{rank}.log"), body(rank))))
+            with _bare_main() if hide_main else nullcontext():
                 procs[-1].start()
-        _supervise(procs, run_dir, config)
+        yield procs
     finally:
         _stop(procs)
         rendezvous.unlink(missing_ok=True)
 
 
-def _rank_entry(rank: int, world: int, rendezvous: Path, join: str | None, fn: Callable, args: tuple,
-                queue) -> None:
-    for key in TCP_RENDEZVOUS:
-        os.environ.pop(key, None)
-    os.environ.update(local_rank_env(rank, world, rendezvous))
-    import torch
-    import torch.distributed as dist
+def _rank_main(env: dict[str, str], log: str, body: Callable[[], int | None]) -> None:
+    """One local rank, in a process forked from the forkserver: this group's environment (the
+    server's is from when it started), output to the rank's log, one intra-op thread on CPU (as
+    torchrun sets OMP_NUM_THREADS=1), then `body`; its return value is the exit status."""
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    if "OMP_NUM_THREADS" in env:
+        import torch
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    sys.exit(body())
 
-    from .comm.comm import join_group
 
-    torch.set_num_threads(1)
+def _call_on_rank(run_dir: Path, join: str | None, fn: Callable, args: tuple, queue) -> int:
+    """The body of an `on_ranks` rank: join the group, fn(rank, world, *args), its result on
+    `queue`; on any error its traceback where `supervise` looks for this rank's cause."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         if join:
-            join_group(join)
+            join_local_group(join)
         out = fn(rank, world, *args)
+        queue.put((rank, out))
         if join:
+            import torch.distributed as dist
             dist.destroy_process_group()
-        queue.put((rank, True, out))
     except BaseException:
-        queue.put((rank, False, traceback.format_exc()))
+        record_error(run_dir)
+        raise
+    return 0
+
+
+def join_local_group(backend: str) -> None:
+    """Join the process group of this rank's environment on `backend`; with NCCL, on the GPU
+    cuda:LOCAL_RANK (one GPU per rank)."""
+    from .comm.comm import join_group
+
+    if backend == "nccl":
+        import torch
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        join_group(backend, device_id=device)
+    else:
+        join_group(backend)
 
 
 def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900,
              join: str | None = "gloo") -> list[Any]:
     """`fn(rank, world, *args)` on `world` fresh local processes, every rank's return value in rank
-    order: the benchmarks' and the tests' rank launcher (runs use `spawn`). The ranks first join
-    one `join` process group (None: `fn` joins it, e.g. with `Comm.from_env`), through a file
-    rendezvous and loopback sockets like a run's. `fn` must be importable (multiprocessing spawn).
-    A failing rank raises RuntimeError with its traceback, naming any rank that died."""
-    import torch.multiprocessing as mp
+    order: the benchmarks' and the tests' rank launcher, on a run's mechanism (`start_ranks`,
+    `supervise`). The ranks first join one `join` process group ("gloo", or "nccl" with one GPU per
+    rank; None: `fn` joins it, e.g. with `Comm.from_env`). `fn` must be importable (a module's
+    function, or one of the running script's). A failing rank raises `WorkerError` naming the rank
+    and its traceback (or how it died); ranks still running after `timeout` s raise TimeoutError."""
+    import torch
 
-    ctx = mp.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
     queue = ctx.Queue()
+    gpus = torch.cuda.device_count() if join == "nccl" else 0
+    results: dict[int, Any] = {}
+
+    def collect() -> None:                  # drained while waiting: a full pipe would block a rank
+        while not queue.empty():
+            rank, value = queue.get()
+            results[rank] = value
+
     with tempfile.TemporaryDirectory(prefix="distsgd-ranks-") as tmp:
-        rendezvous = rendezvous_file(Path(tmp))
-        procs = [ctx.Process(target=_rank_entry, args=(r, world, rendezvous, join, fn, args, queue))
-                 for r in range(world)]
-        for proc in procs:
-            proc.start()
-        results: dict[int, Any] = {}
-        try:
-            for _ in range(world):
-                rank, ok, value = queue.get(timeout=timeout)
-                if not ok:
-                    time.sleep(1)                   # a peer that vanished is the likelier cause
-                    dead = [f"rank {r} exit code {q.exitcode}" for r, q in enumerate(procs)
-                            if q.exitcode not in (None, 0)]
-                    raise RuntimeError(f"rank {rank} failed ({', '.join(dead) or 'no rank died'}):\n{value}")
-                results[rank] = value
-        finally:
-            for proc in procs:
-                proc.join(timeout=10)
-                if proc.is_alive():
-                    proc.kill()
+        run_dir = Path(tmp)
+        with start_ranks(ctx, run_dir, world, gpus, hide_main=False, body=lambda rank: functools.partial(
+                _call_on_rank, run_dir, join, fn, args, queue)) as procs:
+            supervise(procs, run_dir, poll=collect, timeout=timeout)
+        collect()
+    missing = sorted(set(range(world)) - set(results))
+    if missing:
+        raise WorkerError(missing[0], "the rank exited without returning its result")
     return [results[r] for r in range(world)]
+
+
+def on_this_rank(fn: Callable, *args: Any, join: str | None = "gloo") -> Any:
+    """`on_ranks`' counterpart under torchrun/srun (`--launcher env`): this process is one rank of
+    the job's group; fn(rank, world, *args) after joining it (`join`, as in `on_ranks`)."""
+    import torch.distributed as dist
+
+    if join:
+        join_local_group(join)
+    try:
+        return fn(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *args)
+    finally:
+        if join and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _forkserver(config: Config) -> multiprocessing.context.BaseContext:
@@ -213,50 +292,55 @@ def _bare_main() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def _worker(run_dir: str, env: dict[str, str], log: str) -> None:
-    """One rank, in a process forked from the forkserver: this run's environment (the server's
-    is from when it started), output to the rank's log, then `python -m distsgd worker`'s body."""
-    os.environ.clear()
-    os.environ.update(env)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.exit(worker_main(Path(run_dir)))
+class _ProgressBar:
+    """A run's progress bar (config.progress), fed from rank 0's progress file."""
+
+    def __init__(self, config: Config, run_dir: Path) -> None:
+        self.file = progress_file(run_dir)
+        self.bar = None
+        if config.progress:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=config.steps, desc=config.run_name(), unit="step", leave=False)
+
+    def poll(self) -> None:
+        if self.bar is not None and self.file.exists():
+            try:
+                step, loss = self.file.read_text().split()
+                self.bar.update(int(step) - self.bar.n)
+                self.bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
+            except (ValueError, OSError):
+                pass
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
-def _supervise(procs: list[BaseProcess], run_dir: Path, config: Config) -> None:
-    bar = None
-    if config.progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=config.steps, desc=config.run_name(), unit="step", leave=False)
-    progress = progress_file(run_dir)
-    try:
-        while True:
+def supervise(procs: list[BaseProcess], run_dir: Path, poll: Callable[[], None] | None = None,
+              timeout: float | None = None) -> None:
+    """Wait for the local ranks `procs` (of `start_ranks`) to finish, calling `poll` every 0.1 s.
+    When any fails, stop the others at once and raise `WorkerError` naming the first failure (the
+    root cause) with its traceback (RUN_DIR/ranks/error_rank<r>.txt) or how it died and its log's
+    tail; past `timeout` s, stop them all and raise TimeoutError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        codes = [p.exitcode for p in procs]
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            time.sleep(0.5)                     # let a peer's death (its exit code) arrive too
             codes = [p.exitcode for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                time.sleep(0.5)                     # let a peer's death (its exit code) arrive too
-                codes = [p.exitcode for p in procs]
-                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-                _stop(procs)
-                rank = _first_failure(run_dir, failed, codes)
-                raise WorkerError(rank, _cause(run_dir, rank, codes[rank]))
-            if all(c == 0 for c in codes):
-                return
-            if bar is not None and progress.exists():
-                try:
-                    step, loss = progress.read_text().split()
-                    bar.update(int(step) - bar.n)
-                    bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
-                except (ValueError, OSError):
-                    pass
-            time.sleep(0.1)
-    finally:
-        if bar is not None:
-            bar.close()
+            _stop(procs)
+            rank = _first_failure(run_dir, failed, codes)
+            raise WorkerError(rank, _cause(run_dir, rank, codes[rank]))
+        if poll is not None:
+            poll()
+        if all(c == 0 for c in codes):
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            _stop(procs)
+            raise TimeoutError(f"local ranks still running after {timeout:g} s: stopped")
+        time.sleep(0.1)
 
 
 def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) -> int:

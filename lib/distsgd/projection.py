@@ -64,8 +64,9 @@ def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[
 
 
 def interval(ratio: float, resolution: float = RESOLUTION) -> tuple[float, float]:
-    """The decision interval of a projected ratio (module docstring)."""
-    return ratio / (1 + resolution), ratio * (1 + resolution)
+    """The decision interval of a projected ratio (module docstring), low <= high."""
+    a, b = ratio / (1 + resolution), ratio * (1 + resolution)
+    return min(a, b), max(a, b)
 
 
 def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
@@ -97,3 +98,13 @@ def write_profile_note(path: str | Path, profile: Profile) -> Path:
     path.write_text(f"{profile.model} b{profile.batch_size} {profile.input_shape} on {profile.device} "
                     f"({profile.source}): {profile.machine}\n")
     return path
+
+
+def tensor_stats(profile: Profile) -> dict[str, float]:
+    """A profile's gradient-tensor statistics, known before any step time is projected: the number
+    of tensors, gradient MB, mean and largest tensor MB, and the intensity I = C/D (compute seconds
+    per gradient byte of one iteration, in ms per MB). MB = 2**20 bytes."""
+    sizes = profile.tensor_bytes
+    mb = 2**20
+    return {"tensors": len(sizes), "grad_mb": sum(sizes) / mb, "mean_tensor_mb": sum(sizes) / len(sizes) / mb,
+            "largest_tensor_mb": max(sizes) / mb, "intensity_ms_per_mb": 1e3 * profile.compute_s / (sum(sizes) / mb)}

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .caps import Caps
-from .cluster import from_slurm, launch_env
 from .config import Config
 from .errors import DivergedError
-from .launch import launch, launcher_for
+from .launch import adopt_slurm_env, launch, launcher_for
 from .paths import results_root
 from .preflight import preflight
 from .results import Result, code_version, finished_code_version, prepare_run_dir
@@ -79,10 +78,8 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     on_nan="stop") raises DivergedError naming the step, the ranks and the quantity.
     """
     config = dataclasses.replace(config, **fields) if config is not None else Config(**fields)
-    if config.launcher == "env" and "RANK" not in os.environ:   # plain srun, no torchrun
-        placement = from_slurm(os.environ)
-        if placement is not None:
-            os.environ.update(launch_env(placement, config.backend))
+    if config.launcher == "env":                     # plain srun, no torchrun: SLURM's variables
+        adopt_slurm_env(config.backend)
     env_launch = launcher_for(config) == "env"       # this process is one rank of torchrun/srun
     if env_launch:                                   # the job, not --nproc, sets the world size
         config = dataclasses.replace(config, nproc=int(os.environ.get("WORLD_SIZE", "1")))

@@ -134,7 +134,6 @@ class Trainer:
         for step in range(start, c.steps):
             if self.before_step is not None:
                 self.before_step(step)
-            comm.step = step
             lr = self.algo.learning_rate(step, lr_at(c, step))
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
