@@ -22,8 +22,11 @@ from typing import Any, Iterable
 import pandas as pd
 
 from .claims import Claims
+from .comm.netmodel import parse_net
 from .layer_profile import Profile
+from .timeline.simulate import simulate
 from .timeline.sweep import find_profile, sweep
+from .timeline.topology import Topology
 
 RESOLUTION = 0.15   # the simulator's validated bound on a step time (tests/test_timeline_validation.py)
 
@@ -73,6 +76,20 @@ def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
     low, high = interval(ratio, resolution)
     measured = f"{label}; ratio {ratio:.3f}, ±{resolution:.0%} simulator resolution"
     return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
+
+
+def write_trace(path: str | Path, profile: Profile, case: dict[str, Any], nproc: int, net: str,
+                gpus_per_node: int = 1, intra: str = "", iterations: int = 1) -> Path:
+    """The Chrome trace (Perfetto, chrome://tracing) of one labelled case (dict: algo, optional
+    params and label) at `nproc` workers on `net` (inter-node link; `intra` inside nodes of
+    `gpus_per_node`), cut to `iterations` steady-state iterations (the first of the simulator's
+    measured window, plus the collectives those iterations issued), so that it stays small."""
+    topo = Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+    pred = simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topo,
+                    label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
+    first = pred.window[0]
+    pred.events = [e for e in pred.events if first <= e.step < first + iterations]
+    return pred.to_chrome_trace(path)
 
 
 def write_profile_note(path: str | Path, profile: Profile) -> Path:
