@@ -50,3 +50,20 @@ def test_simulator_predicts_every_schedule_within_the_resolution():
     assert set(table.label) == expected, report
     bad = table[table.residual.abs() > RESOLUTION]
     assert bad.empty, f"{len(bad)} of {len(table)} pairs outside ±{RESOLUTION:.0%}:\n{report}"
+
+
+def test_fit_collective_times_recovers_the_network():
+    """A real backend's all-reduce times (as `real_collective_times` tabulates them) give back
+    the alpha-beta network that produced them; fewer than two sizes is refused."""
+    from distsgd.comm.netmodel import NetModel
+    from distsgd.comm.nccl_tests import fit_collective_times
+    from distsgd.errors import ConfigError
+    true = NetModel(bandwidth_Bps=2e9, latency_s=20e-6)
+    sizes = [2**16, 2**20, 2**24]
+    times = pd.DataFrame([dict(kind=k, nbytes=n, p=4, measured_s=true.cost("all_reduce", n, 4) * (1 if k == "all_reduce" else 9))
+                          for k in ("all_reduce", "all_gather") for n in sizes])
+    fit = fit_collective_times(times)
+    assert fit.bandwidth_Bps == pytest.approx(2e9, rel=1e-6)
+    assert fit.latency_s == pytest.approx(20e-6, rel=1e-6)
+    with pytest.raises(ConfigError):
+        fit_collective_times(times[times.nbytes == 2**20])

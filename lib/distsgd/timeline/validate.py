@@ -23,6 +23,7 @@ import pandas as pd
 
 from .. import bench_schedules as bs
 from ..caps import Caps
+from ..comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ..paths import repo_root
 from .simulate import simulate
@@ -73,11 +74,14 @@ def layer_profile(model: str, batch_size: int, input_shape: tuple[int, ...], dev
                    threads=1 if device == "cpu" else None, options=bs.MODEL_OPTIONS.get(model, {})).profile
 
 
-def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None) -> pd.DataFrame:
+def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None,
+            networks: dict[tuple[int, str], NetModel] | None = None) -> pd.DataFrame:
     """Predicted vs measured step time of every (model, label, nproc, network) of a
     `bench_schedules` result (`COLUMNS`): measured = median over repeats; predicted =
     `simulate` on `profiles[model]` scaled to that (model, p)'s measured compute-only step time,
-    on the benchmark's own --net string, with the case's algorithm and parameters."""
+    on the benchmark's own --net string, with the case's algorithm and parameters. `networks`
+    maps (p, net_name) to the NetModel to simulate instead (a network without emulation, e.g.
+    NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
     timed = bench[bench.algo != "compute"]
     rows = []
@@ -85,7 +89,8 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
         algo, net = g.algo.iloc[0], g.net.iloc[0]
         case_params = params.get(label, _params(g.params.iloc[0]))
         compute = float(g.compute_s.iloc[0])
-        pred = simulate(profiles[model].scaled(compute), algo, int(p), net=net, params=case_params)
+        model_net = (networks or {}).get((int(p), net_name)) or net
+        pred = simulate(profiles[model].scaled(compute), algo, int(p), net=model_net, params=case_params)
         measured = float(g.step_s.median())
         rows.append(dict(model=model, label=label, algo=algo, nproc=int(p), net_name=net_name, net=net,
                          compute_s=compute, measured_s=measured, predicted_s=pred.step_s,
