@@ -10,6 +10,13 @@ fast), over exactly the network string the benchmark used (the same `NetModel`).
 networks that pass `bench_schedules.emulation_headroom` are compared (decided before any
 prediction): elsewhere the real loopback collective, not the model, sets the measured time.
 
+What is predicted is what the benchmark times (`bench_schedules.time_case`): `warmup` untimed
+steps, then `steps` timed ones and the algorithm's `finalize`, which waits for every collective
+still in flight (CoCoD-SGD's last average, SSD-SGD's pushes, DeAR's all-gathers) — the seconds
+from the first timed step's start to the link's last ready time (or the compute stream's end),
+divided by `steps` (`window_step`). With a short window this is not the steady state
+(`simulate`'s step_s): a period whose average overlaps the next period shows its drain.
+
 The rule is fixed in advance and the same for every case: no per-schedule knob. Residual =
 predicted / measured - 1; `RESOLUTION` (`distsgd.projection.RESOLUTION`, 15%) is the bound the
 validation test asserts on every pair.
@@ -74,14 +81,34 @@ def layer_profile(model: str, batch_size: int, input_shape: tuple[int, ...], dev
                    threads=1 if device == "cpu" else None, options=bs.MODEL_OPTIONS.get(model, {})).profile
 
 
+def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, params: dict[str, Any] | None,
+                warmup: int, steps: int) -> float:
+    """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
+    then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
+    from ..algorithms.registry import REGISTRY
+    from .simulate import ALGORITHMS, resolve_network
+    from .streams import Rank
+    rank = Rank(resolve_network(net, None), nproc)
+    schedule = ALGORITHMS[algo](profile, rank, REGISTRY[algo].resolve_params(dict(params or {})))
+    for step in range(warmup):
+        schedule.iteration(step)
+    t0 = rank.t
+    for step in range(warmup, warmup + steps):
+        schedule.iteration(step)
+    return (max([rank.t, *rank.free.values()]) - t0) / steps
+
+
 def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None,
-            networks: dict[tuple[int, str], NetModel] | None = None) -> pd.DataFrame:
+            networks: dict[tuple[int, str], NetModel] | None = None, warmup: int | None = None,
+            steps: int | None = None) -> pd.DataFrame:
     """Predicted vs measured step time of every (model, label, nproc, network) of a
     `bench_schedules` result (`COLUMNS`): measured = median over repeats; predicted =
     `simulate` on `profiles[model]` scaled to that (model, p)'s measured compute-only step time,
     on the benchmark's own --net string, with the case's algorithm and parameters. `networks`
     maps (p, net_name) to the NetModel to simulate instead (a network without emulation, e.g.
-    NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`)."""
+    NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
+    With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
+    (`window_step`); without, the steady state (`simulate`)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
     timed = bench[bench.algo != "compute"]
     rows = []
@@ -90,11 +117,13 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
         case_params = params.get(label, _params(g.params.iloc[0]))
         compute = float(g.compute_s.iloc[0])
         model_net = (networks or {}).get((int(p), net_name)) or net
-        pred = simulate(profiles[model].scaled(compute), algo, int(p), net=model_net, params=case_params)
+        scaled = profiles[model].scaled(compute)
+        predicted = (window_step(scaled, algo, int(p), model_net, case_params, warmup, steps) if steps
+                     else simulate(scaled, algo, int(p), net=model_net, params=case_params).step_s)
         measured = float(g.step_s.median())
         rows.append(dict(model=model, label=label, algo=algo, nproc=int(p), net_name=net_name, net=net,
-                         compute_s=compute, measured_s=measured, predicted_s=pred.step_s,
-                         residual=pred.step_s / measured - 1, repeats=len(g)))
+                         compute_s=compute, measured_s=measured, predicted_s=predicted,
+                         residual=predicted / measured - 1, repeats=len(g)))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -122,7 +151,7 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     headroom = bs.emulation_headroom(bench, reps=headroom_reps)
     batch = int(bench.batch_size.iloc[0])
     profiles = {m: layer_profile(m, batch, bs.input_shape(m, caps)) for m in bench.model.unique()}
-    table = predict(bench, profiles, [c for p in nprocs for c in cases_for(p)])
+    table = predict(bench, profiles, [c for p in nprocs for c in cases_for(p)], warmup=warmup, steps=steps)
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
     table["emulable"] = [bool(ok.get((m, p, n), False)) for m, p, n in zip(table.model, table.nproc, table.net_name)]
     return table, bench, headroom
