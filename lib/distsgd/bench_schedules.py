@@ -49,11 +49,12 @@ from .models.transformer import BERT_VOCAB
 from .step import train_steps
 
 INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32),
-                "bert_base": (128,)}
+                "resnet50": (3, 224, 224), "bert_base": (128,)}
 MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
     "resnet18": {},                             # 62 small tensors, compute-heavy
     "transformer": {"dim": 128, "depth": 4},    # 16 tokens; many mid-size tensors
+    "resnet50": {},                             # ImageNet's 224x224 (DeAR, the survey): for GPUs; 161 tensors
     "bert_base": {},                            # 110 M parameters: one 94 MB embedding, 9 MB blocks
 }
 # Models whose inputs are token ids (random ids below the vocabulary, as random images for the
@@ -104,9 +105,12 @@ def peak_rss_mb() -> float:
 
 
 def input_shape(model: str, caps: Caps) -> tuple[int, ...]:
-    """The input shape of benchmark model `model`, a token model's sequence length within `caps`."""
+    """The input shape of benchmark model `model`: a token model's sequence length and an image
+    model's side within `caps`."""
     shape = INPUT_SHAPES[model]
-    return (caps.bound("seq_len", shape[0]),) if model in VOCAB else shape
+    if model in VOCAB:
+        return (caps.bound("seq_len", shape[0]),)
+    return (shape[0], *(caps.bound("image_side", side) for side in shape[1:]))
 
 
 @dataclass
