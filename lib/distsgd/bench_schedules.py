@@ -387,20 +387,20 @@ def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5, backend: 
     return pd.DataFrame(rows).drop(columns="modeled_s").assign(backend=backend)
 
 
-def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0) -> pd.DataFrame:
+def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, backend: str = "gloo") -> pd.DataFrame:
     """Whether each emulated network of a `bench_schedules` result can be emulated on this machine.
 
     The emulation delays a collective to its modeled time but cannot make it faster than the
     backend's real one, which also takes CPU time from computation. Rule: a (model, nproc,
     network) is `emulable` when the real all-reduce of the model's whole gradient takes at most
-    1/`margin` of its modeled time on that network. Columns: model, nproc, net_name, real_s,
-    modeled_s, emulable."""
+    1/`margin` of its modeled time on that network, timed on the benchmark's `backend`
+    (`real_collective_times`). Columns: model, nproc, net_name, real_s, modeled_s, emulable."""
     from .comm import parse_net
-    nets = df[df.net_name != "none"].groupby(["model", "nproc", "net_name"]).agg(
+    nets = df[~df.net_name.isin(["none", REAL])].groupby(["model", "nproc", "net_name"]).agg(
         net=("net", "first"), grad_bytes=("grad_bytes", "first")).reset_index()
     rows = []
     for p, group in nets.groupby("nproc"):
-        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps)
+        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps, backend)
         real = real[real.kind == "all_reduce"].set_index("nbytes").measured_s
         for r in group.itertuples():
             n = int(r.grad_bytes) // 4 // int(p) * int(p) * 4          # as timed by _fidelity
