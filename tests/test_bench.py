@@ -10,9 +10,11 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 from distsgd.bench_schedules import emulation_headroom, medians, real_collective_times, scaled_net, timing_noise
 from distsgd.comm import parse_net
+from distsgd.errors import ConfigError
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -83,6 +85,7 @@ def test_an_interrupted_bench_keeps_the_rows_it_measured(tmp_path):
 def test_real_collective_times_and_emulation_headroom():
     real = real_collective_times(2, [2**20, 2**16], reps=2)
     assert sorted(real.kind.unique()) == ["all_gather", "all_reduce", "reduce_scatter"]
+    assert set(real.backend) == {"gloo"}
     assert sorted(real.nbytes.unique()) == [2**16, 2**20] and (real.measured_s > 0).all()
     # a network far slower than any real all-reduce of 1 MiB is emulable, one far faster is not
     nets = {"slow": "1Mbit,10ms", "fast": "1000000Gbit,1ns"}
@@ -92,6 +95,22 @@ def test_real_collective_times_and_emulation_headroom():
     assert bool(head.emulable["slow"]) and not bool(head.emulable["fast"])
     assert head.modeled_s["slow"] == pytest.approx(parse_net(nets["slow"]).cost("all_reduce", 2**20, 2))
     assert (head.real_s > 0).all()
+
+
+def test_real_collective_times_refuses_an_unknown_backend():
+    with pytest.raises(ConfigError, match="backend"):
+        real_collective_times(2, [2**16], reps=1, backend="mpi")
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL collectives need two GPUs")
+def test_real_collective_times_on_nccl():
+    """With backend="nccl" the collectives run on the GPUs (timed to a synchronize), and the
+    table fits a network as the gloo one does."""
+    from distsgd.comm.nccl_tests import fit_collective_times
+    real = real_collective_times(2, [2**16, 2**22], reps=2, backend="nccl")
+    assert set(real.backend) == {"nccl"} and (real.measured_s > 0).all()
+    assert fit_collective_times(real).cost("all_reduce", 2**22, 2) > 0
 
 
 @pytest.mark.multiproc

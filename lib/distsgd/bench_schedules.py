@@ -337,14 +337,16 @@ def timing_noise(df: pd.DataFrame) -> float:
     return float((c.std() / c.mean()).max())
 
 
-def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> list[dict]:
+def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, backend: str = "gloo") -> list[dict]:
     from .comm import Comm, parse_net
-    comm = Comm(rank, world, torch.device("cpu"), parse_net(net) if net else None)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    comm = Comm(rank, world, device, parse_net(net) if net else None)
     rows = []
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         for nbytes in sizes:
             n = nbytes // 4 // world * world
-            full, shard = torch.zeros(n), torch.zeros(n // world)
+            full, shard = torch.zeros(n, device=device), torch.zeros(n // world, device=device)
             times = []
             for _ in range(reps):
                 comm.barrier()
@@ -355,8 +357,9 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> l
                     comm.reduce_scatter(shard, full)
                 else:
                     comm.all_gather(full, shard)
+                sync()                                   # NCCL returns before the GPU is done
                 times.append(time.perf_counter() - t0)
-            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64), op="max")
+            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64, device=device), op="max")
             rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
                              modeled_s=comm.net.cost(kind, 4 * n, world) if comm.net else float("nan")))
     return rows
@@ -372,27 +375,32 @@ def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[in
     return df
 
 
-def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5) -> pd.DataFrame:
-    """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's backend
+def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5, backend: str = "gloo") -> pd.DataFrame:
+    """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's `backend`
     (median over `reps`, slowest rank) per message size: the floor that network emulation can
-    only add to. Columns: kind, nbytes, p, measured_s."""
-    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps)[0]).drop(columns="modeled_s")
+    only add to. `backend` "gloo": p local CPU ranks; "nccl": p local ranks, one GPU each (the
+    benchmark's placement), timed up to `torch.cuda.synchronize`. Columns: kind, nbytes, p,
+    measured_s (and backend)."""
+    if backend not in BACKENDS:
+        raise ConfigError("backend", backend, BACKENDS)
+    rows = on_ranks(_fidelity, p, "", sorted(set(sizes)), reps, backend, join=backend)[0]
+    return pd.DataFrame(rows).drop(columns="modeled_s").assign(backend=backend)
 
 
-def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0) -> pd.DataFrame:
+def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, backend: str = "gloo") -> pd.DataFrame:
     """Whether each emulated network of a `bench_schedules` result can be emulated on this machine.
 
     The emulation delays a collective to its modeled time but cannot make it faster than the
     backend's real one, which also takes CPU time from computation. Rule: a (model, nproc,
     network) is `emulable` when the real all-reduce of the model's whole gradient takes at most
-    1/`margin` of its modeled time on that network. Columns: model, nproc, net_name, real_s,
-    modeled_s, emulable."""
+    1/`margin` of its modeled time on that network, timed on the benchmark's `backend`
+    (`real_collective_times`). Columns: model, nproc, net_name, real_s, modeled_s, emulable."""
     from .comm import parse_net
-    nets = df[df.net_name != "none"].groupby(["model", "nproc", "net_name"]).agg(
+    nets = df[~df.net_name.isin(["none", REAL])].groupby(["model", "nproc", "net_name"]).agg(
         net=("net", "first"), grad_bytes=("grad_bytes", "first")).reset_index()
     rows = []
     for p, group in nets.groupby("nproc"):
-        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps)
+        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps, backend)
         real = real[real.kind == "all_reduce"].set_index("nbytes").measured_s
         for r in group.itertuples():
             n = int(r.grad_bytes) // 4 // int(p) * int(p) * 4          # as timed by _fidelity
