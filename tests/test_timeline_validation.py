@@ -2,7 +2,8 @@
 
 Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
 emulated network where the emulation has headroom: the simulator's step time (profile scaled to
-the compute measured at that p, the benchmark's own network) within `projection.RESOLUTION` (15%)
+the compute measured at that p, the benchmark's own network, the per-call overheads measured at the
+start of the run, `timeline.overheads`) within `projection.RESOLUTION` (15%)
 of the measured median. The failure message is the table of every pair.
 """
 import pandas as pd
@@ -50,6 +51,8 @@ def test_predict_scales_the_profile_to_the_measured_compute():
 def test_simulator_predicts_every_schedule_within_the_resolution():
     table, bench, headroom = v.validate(models=("mlp",), nprocs=(2, 4))
     report = v.report(table, RESOLUTION)
+    ov = table.attrs["overheads"]
+    print(f"overheads measured at the start: issue {1e6 * ov.issue_s:.1f} us, copy {ov.copy_Bps / 1e9:.2f} GB/s")
     print(headroom.to_string())
     print(report)
     assert headroom.emulable.all(), f"the validation network has no emulation headroom here:\n{headroom}\n{report}"

@@ -33,7 +33,9 @@ collectives the algorithm issues, in the same order, with the same sizes:
   runs in its forward pre-hook.
 
 Optimizer updates cost the profile's `update_s` (per layer for the layer-wise deferred schedules).
-Copies into and out of fusion buffers are not modeled (not in the profile).
+Copies into and out of fusion buffers and the per-collective issue cost are not in the profile;
+`simulate(..., overheads=Overheads(...))` charges them by one rule for every schedule
+(`timeline.overheads`), default none.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
 from ..errors import ConfigError
 from ..layer_profile import Profile
 from .local import LOCAL_UPDATES
+from .overheads import NONE, Overheads
 from .schedules import SCHEDULES
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
@@ -79,16 +80,19 @@ def resolve_network(net: NetModel | str | None, topology: Topology | None) -> To
 
 def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None = None,
              params: dict[str, Any] | None = None, topology: Topology | None = None,
-             label: str = "") -> Prediction:
+             label: str = "", overheads: Overheads | None = None) -> Prediction:
     """Steady-state step of `algo` (with `params`, the algorithm's `Param`s; defaults filled in)
-    on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`."""
+    on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`.
+    `overheads` (`timeline.overheads.Overheads`; default None: none, the profile's times only)
+    charges per-collective issue costs and copy passes on the compute stream, by one rule for
+    every schedule; they count in `compute_s`."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ConfigError("nproc", nproc, "an integer >= 1")
     topo = resolve_network(net, topology)
     resolved = REGISTRY[algo].resolve_params(dict(params or {}))
-    rank = Rank(topo, nproc)
+    rank = Rank(topo, nproc, overheads or NONE)
     schedule = ALGORITHMS[algo](profile, rank, resolved)
     cycle = schedule.cycle
     warmup = cycle * max(2, -(-2 // cycle))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .overheads import NONE, Overheads, out_bytes
 from .topology import INTER, Topology
 
 COMPUTE = "compute"
@@ -34,8 +35,9 @@ class Interval:
 class Rank:
     """The compute stream and the links of one (every) rank."""
 
-    def __init__(self, topology: Topology, nproc: int) -> None:
-        self.topology, self.nproc = topology, nproc
+    def __init__(self, topology: Topology, nproc: int, overheads: Overheads = NONE) -> None:
+        self.topology, self.nproc, self.overheads = topology, nproc, overheads
+        self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
         self.free: dict[str, float] = {}               # link -> time it becomes free
         self.events: list[Interval] = []
@@ -52,8 +54,12 @@ class Rank:
     def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
               link: str = INTER) -> float:
         """Issue collective `kind` on `nbytes` over `size` ranks (default: all) on `link` at
-        the compute clock; returns its ready time. The compute stream does not wait."""
+        the compute clock; returns its ready time. The compute stream does not wait, but with
+        `overheads` it first spends `issue_s` and one pass over `nbytes` (`overheads` module)."""
         p = self.nproc if size is None else size
+        if self.overheads.active:
+            self.compute(f"issue {kind} {name}".rstrip(),
+                         self.overheads.issue_s + self.overheads.copy_s(nbytes))
         seconds = self.topology.cost(link, kind, nbytes, p)
         start = max(self.t, self.free.get(link, 0.0))
         ready = start + seconds
@@ -61,8 +67,15 @@ class Rank:
             self.free[link] = ready
             label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
             self.events.append(Interval(link, label, start, ready, self.step))
+        if self.overheads.active:
+            self.pending[ready] = self.pending.get(ready, 0.0) + out_bytes(kind, nbytes, p)
         return ready
 
     def wait(self, ready: float) -> None:
-        """Block the compute stream until `ready` (a collective's ready time)."""
+        """Block the compute stream until `ready` (a collective's ready time); with `overheads`,
+        the first wait for a collective then passes over its result (`overheads.out_bytes`)."""
         self.t = max(self.t, ready)
+        if self.pending:
+            nbytes = self.pending.pop(ready, 0.0)
+            if nbytes:
+                self.compute("copy out", self.overheads.copy_s(nbytes))

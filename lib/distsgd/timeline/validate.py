@@ -17,6 +17,11 @@ from the first timed step's start to the link's last ready time (or the compute 
 divided by `steps` (`window_step`). With a short window this is not the steady state
 (`simulate`'s step_s): a period whose average overlaps the next period shows its drain.
 
+Per-call overheads (`timeline.overheads`: the issue cost per collective and the copy passes, on
+the compute stream) are measured by `overheads.measure()` at the start of `validate`, before the
+benchmark, and charged by the same rule in every case; the table keeps the plain prediction
+(`predicted_plain_s`) beside it.
+
 The rule is fixed in advance and the same for every case: no per-schedule knob. Residual =
 predicted / measured - 1; `RESOLUTION` (`distsgd.projection.RESOLUTION`, 15%) is the bound the
 validation test asserts on every pair.
@@ -33,6 +38,7 @@ from ..caps import Caps
 from ..comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ..paths import repo_root
+from .overheads import NONE, Overheads, measure
 from .simulate import simulate
 from .sweep import PROFILE_DIR
 
@@ -82,13 +88,13 @@ def layer_profile(model: str, batch_size: int, input_shape: tuple[int, ...], dev
 
 
 def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, params: dict[str, Any] | None,
-                warmup: int, steps: int) -> float:
+                warmup: int, steps: int, overheads: Overheads | None = None) -> float:
     """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
     then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
     from ..algorithms.registry import REGISTRY
     from .simulate import ALGORITHMS, resolve_network
     from .streams import Rank
-    rank = Rank(resolve_network(net, None), nproc)
+    rank = Rank(resolve_network(net, None), nproc, overheads or NONE)
     schedule = ALGORITHMS[algo](profile, rank, REGISTRY[algo].resolve_params(dict(params or {})))
     for step in range(warmup):
         schedule.iteration(step)
@@ -100,7 +106,7 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
 
 def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None,
             networks: dict[tuple[int, str], NetModel] | None = None, warmup: int | None = None,
-            steps: int | None = None) -> pd.DataFrame:
+            steps: int | None = None, overheads: Overheads | None = None) -> pd.DataFrame:
     """Predicted vs measured step time of every (model, label, nproc, network) of a
     `bench_schedules` result (`COLUMNS`): measured = median over repeats; predicted =
     `simulate` on `profiles[model]` scaled to that (model, p)'s measured compute-only step time,
@@ -108,7 +114,8 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
     maps (p, net_name) to the NetModel to simulate instead (a network without emulation, e.g.
     NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
     With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
-    (`window_step`); without, the steady state (`simulate`)."""
+    (`window_step`); without, the steady state (`simulate`). `overheads`: the per-call costs
+    charged on the compute stream (`timeline.overheads`; None: none)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
     timed = bench[bench.algo != "compute"]
     rows = []
@@ -118,8 +125,9 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
         compute = float(g.compute_s.iloc[0])
         model_net = (networks or {}).get((int(p), net_name)) or net
         scaled = profiles[model].scaled(compute)
-        predicted = (window_step(scaled, algo, int(p), model_net, case_params, warmup, steps) if steps
-                     else simulate(scaled, algo, int(p), net=model_net, params=case_params).step_s)
+        predicted = (window_step(scaled, algo, int(p), model_net, case_params, warmup, steps, overheads) if steps
+                     else simulate(scaled, algo, int(p), net=model_net, params=case_params,
+                                   overheads=overheads).step_s)
         measured = float(g.step_s.median())
         rows.append(dict(model=model, label=label, algo=algo, nproc=int(p), net_name=net_name, net=net,
                          compute_s=compute, measured_s=measured, predicted_s=predicted,
@@ -134,14 +142,19 @@ def _params(text: Any) -> dict[str, Any]:
 
 def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
              networks: dict[str, tuple[float, float]] | None = None, batch_size: int = 16, steps: int = 8,
-             warmup: int = 4, repeats: int = 3, headroom_reps: int = 3, caps: Caps | None = None
+             warmup: int = 4, repeats: int = 3, headroom_reps: int = 3, caps: Caps | None = None,
+             overheads: Overheads | str | None = "measure"
              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Run the benchmark on every case of `cases_for(p)`, decide which networks are emulable here
-    (`emulation_headroom`, before predicting), predict every pair. Returns (table, bench,
-    headroom): the table (`COLUMNS` + `emulable`) has every pair; the validated ones are those
-    with emulable true."""
+    """Measure the per-call overheads ("measure": `overheads.measure()` now, at the start, before
+    the benchmark; or given; None: none), run the benchmark on every case of `cases_for(p)`,
+    decide which networks are emulable here (`emulation_headroom`, before predicting), predict
+    every pair with those overheads. Returns (table, bench, headroom): the table (`COLUMNS` +
+    `emulable`, `predicted_plain_s`: without overheads) has every pair; the validated ones are
+    those with emulable true; `table.attrs["overheads"]` holds the overheads used."""
     caps = Caps.from_env() if caps is None else caps
     networks = dict(networks or NETWORKS)
+    if isinstance(overheads, str):
+        overheads = measure()
     frames = []
     for p in sorted(set(nprocs)):
         frames.append(bs.bench_schedules(models=models, cases=cases_for(p), nprocs=[p], networks=networks,
@@ -151,7 +164,10 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     headroom = bs.emulation_headroom(bench, reps=headroom_reps)
     batch = int(bench.batch_size.iloc[0])
     profiles = {m: layer_profile(m, batch, bs.input_shape(m, caps)) for m in bench.model.unique()}
-    table = predict(bench, profiles, [c for p in nprocs for c in cases_for(p)], warmup=warmup, steps=steps)
+    cases = [c for p in nprocs for c in cases_for(p)]
+    table = predict(bench, profiles, cases, warmup=warmup, steps=steps, overheads=overheads)
+    table["predicted_plain_s"] = predict(bench, profiles, cases, warmup=warmup, steps=steps).predicted_s
+    table.attrs["overheads"] = overheads or NONE
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
     table["emulable"] = [bool(ok.get((m, p, n), False)) for m, p, n in zip(table.model, table.nproc, table.net_name)]
     return table, bench, headroom
@@ -164,11 +180,15 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def report(table: pd.DataFrame, bound: float) -> str:
-    """Every pair, one line each, marked where |residual| > bound."""
-    lines = [f"{'model':12} {'schedule':16} {'p':>2} {'network':18} {'measured':>10} {'predicted':>10} {'residual':>9}"]
+    """Every pair, one line each, marked where |residual| > bound (with `predicted_plain_s`: the
+    residual without overheads too, unjudged)."""
+    plain = "predicted_plain_s" in table
+    lines = [f"{'model':12} {'schedule':16} {'p':>2} {'network':18} {'measured':>10} {'predicted':>10} {'residual':>9}"
+             + (f" {'plain':>9}" if plain else "")]
     for r in table.itertuples():
         flag = "" if abs(r.residual) <= bound else f"  > {bound:.0%}"
         lines.append(f"{r.model:12} {r.label:16} {r.nproc:>2} {r.net_name:18} {1e3 * r.measured_s:8.2f}ms "
-                     f"{1e3 * r.predicted_s:8.2f}ms {r.residual:+9.1%}{flag}"
+                     f"{1e3 * r.predicted_s:8.2f}ms {r.residual:+9.1%}"
+                     + (f" {r.predicted_plain_s / r.measured_s - 1:+9.1%}" if plain else "") + flag
                      + ("" if getattr(r, "emulable", True) else "  (not emulable)"))
     return "\n".join(lines)
