@@ -22,6 +22,17 @@ rank's ledger shows the same number on the root and on the others; the message a
 
 With p = 1 a collective costs nothing and sends nothing.
 
+Two-level formulas (simulator-only: `Comm` emulates one flat network, so these are built from the
+same alpha-beta costs above and used by `distsgd.timeline.Topology`; nodes of g ranks, `intra`
+the link inside a node, `inter` the NIC between nodes):
+
+    hierarchical all_reduce   intra.reduce(n, g) + inter.all_reduce(n, nodes) + intra.broadcast(n, g)
+                              (reduce to the node's leader, ring among the leaders, broadcast back:
+                              Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE shape, as issue #23 states it)
+    PS push or pull           alpha + max over NICs of the bytes it carries / B   (`ps_exchange`)
+                              every worker exchanges its piece with every server at once, so the
+                              NIC of a node carries the pieces of all its g workers (shared NIC)
+
 Networks are named on the command line (``--net``, and ``--intra`` for the link inside a node):
 a preset below; ``bandwidth=<B>,latency=<L>`` or the short ``<B>,<L>``; or a user's own network
 with a label for tables, ``NAME:bandwidth=9.9Gbps,latency=50us`` (`named_net` returns the label).
@@ -108,6 +119,45 @@ class NetModel:
         if kind == "gather":
             return math.ceil(math.log2(p)) * a + (p - 1) * nbytes * inv_b
         raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
+
+
+def hierarchical_all_reduce(intra: NetModel, inter: NetModel, nbytes: int, gpus_per_node: int,
+                            nodes: int) -> float:
+    """Seconds of an all-reduce of `nbytes` over `nodes` nodes of `gpus_per_node` ranks: reduce
+    to each node's leader on `intra`, ring all-reduce among the leaders on `inter`, broadcast on
+    `intra` (module doc). One NIC transfer per node at a time: the NIC is not shared."""
+    return (intra.cost("reduce", nbytes, gpus_per_node) + inter.cost("all_reduce", nbytes, nodes)
+            + intra.cost("broadcast", nbytes, gpus_per_node))
+
+
+def ps_exchange(intra: NetModel, inter: NetModel, piece: float, workers: int, gpus_per_node: int,
+                servers: int, separate: bool) -> float:
+    """Seconds of a PS push (or pull, its mirror) where every one of `workers` ranks sends a
+    `piece` of bytes to each of `servers` servers at once, through the NIC of its node (nodes of
+    `gpus_per_node` ranks in rank order; concurrent transfers divide the NIC's bandwidth).
+
+    Colocated (`separate` False, BytePS's default): servers on ranks 0..servers-1; a node's NIC
+    carries out (its workers) x (servers on other nodes) x piece and in (its servers) x (workers on
+    other nodes) x piece; the busiest direction of the busiest NIC bounds the exchange; the pieces
+    between a worker and a server of the same node cross each GPU's `intra` link concurrently.
+    Separate: `servers` machines with a NIC of `inter` each; a node sends (g workers) x servers x
+    piece, a server receives workers x piece. Latency: one alpha (the messages go at once)."""
+    g = gpus_per_node
+    nodes = -(-workers // g)
+    if separate:
+        return inter.latency_s + max(g * servers * piece, workers * piece) / inter.bandwidth_Bps
+    busiest, local = 0.0, 0.0
+    for k in range(nodes):
+        ranks = range(k * g, min((k + 1) * g, workers))
+        here = sum(1 for r in ranks if r < servers)
+        out = len(ranks) * (servers - here) * piece
+        into = here * (workers - len(ranks)) * piece
+        busiest = max(busiest, out, into)
+        local = max(local, (here - (1 if here else 0)) * piece, (len(ranks) - 1) * piece if here else 0.0)
+    seconds = inter.latency_s + busiest / inter.bandwidth_Bps if busiest else 0.0
+    if local:
+        seconds = max(seconds, intra.latency_s + local / intra.bandwidth_Bps)
+    return seconds
 
 
 def bytes_sent(kind: str, nbytes: int, p: int) -> int:

@@ -14,14 +14,29 @@ node r // gpus_per_node), and a group is consecutive ranks (KAVG's local groups)
   ranks in node order one edge leaves each node, so the NIC is not shared.
 
 With gpus_per_node = 1 every group spans nodes and the flat formulas of `inter` are reproduced
-exactly; with all ranks in one node, those of `intra`. Hierarchical collectives and a NIC shared
-by a node's GPUs are not modeled.
+exactly; with all ranks in one node, those of `intra`.
+
+Two choices a cluster makes, both off by default (the model `Comm` emulates, and what the
+projections of notebooks 01/06/07/08/10 use):
+
+- `hierarchical` (default False: NCCL's flat ring over all ranks, and Horovod's default
+  HOROVOD_HIERARCHICAL_ALLREDUCE=0): every all-reduce of a group spanning nodes is the
+  hierarchical one of `netmodel.hierarchical_all_reduce` (intra-node reduce, ring among node
+  leaders, intra-node broadcast). It applies to every schedule that all-reduces (ssgd, fusion,
+  no_overlap, wfbp, mgwfbp, ddp, bytescheduler, the local-update algorithms, KAVG's spanning
+  groups); reduce-scatter / all-gather schedules (ps with `servers` None, dear) stay flat rings,
+  as NCCL runs them. Inside one node it changes nothing (the intra-node ring).
+- `servers` (PS placement; default None: the PS as `Comm` runs it, a reduce-scatter push and an
+  all-gather pull over the ranks' ring). 0: servers colocated with the workers on ranks
+  0..s-1 (s = the algorithm's `servers`, 0 meaning every rank: BytePS's colocated mode); N > 0:
+  N separate server machines. Both cost `netmodel.ps_exchange`: every worker exchanges its piece
+  with every server at once, so the node's g GPUs share its NIC.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..comm.netmodel import NetModel
+from ..comm.netmodel import NetModel, hierarchical_all_reduce, ps_exchange
 from ..errors import ConfigError
 
 INTRA, INTER = "intra", "inter"      # the links' names (threads of the timeline)
@@ -29,15 +44,24 @@ INTRA, INTER = "intra", "inter"      # the links' names (threads of the timeline
 
 @dataclass(frozen=True)
 class Topology:
-    """Nodes of `gpus_per_node` ranks; `intra` inside a node, `inter` between nodes."""
+    """Nodes of `gpus_per_node` ranks; `intra` inside a node, `inter` between nodes;
+    `hierarchical` all-reduces and the PS's `servers` placement (module doc)."""
 
     gpus_per_node: int
     intra: NetModel
     inter: NetModel
+    hierarchical: bool = False
+    servers: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise ConfigError("gpus_per_node", self.gpus_per_node, "an integer >= 1")
+        if not isinstance(self.hierarchical, bool):
+            raise ConfigError("hierarchical", self.hierarchical, "True or False")
+        if self.servers is not None and (isinstance(self.servers, bool) or not isinstance(self.servers, int)
+                                         or self.servers < 0):
+            raise ConfigError("servers", self.servers,
+                              "None (PS as Comm runs it), 0 (colocated) or N >= 1 separate servers")
 
     @classmethod
     def flat(cls, net: NetModel) -> Topology:
@@ -56,5 +80,18 @@ class Topology:
         return INTER if spans else INTRA
 
     def cost(self, link: str, kind: str, nbytes: int, p: int) -> float:
-        """Seconds of collective `kind` on `nbytes` over a group of `p` ranks on `link`."""
+        """Seconds of collective `kind` on `nbytes` over a group of `p` ranks on `link` (an
+        all-reduce spanning nodes is the hierarchical one when `hierarchical`)."""
+        g = self.gpus_per_node
+        if self.hierarchical and link == INTER and kind == "all_reduce" and 1 < g < p:
+            return hierarchical_all_reduce(self.intra, self.inter, nbytes, g, -(-p // g))
         return (self.intra if link == INTRA else self.inter).cost(kind, nbytes, p)
+
+    def ps_cost(self, piece: float, workers: int, shards: int) -> float:
+        """Seconds of a PS push or pull of `piece` bytes per (worker, server) pair under the
+        `servers` placement (not None): colocated on ranks 0..shards-1, or `servers` machines."""
+        if self.servers is None:
+            raise ValueError("ps_cost needs a placement (servers 0 or N)")
+        separate = self.servers > 0
+        return ps_exchange(self.intra, self.inter, piece, workers, self.gpus_per_node,
+                           self.servers if separate else shards, separate)
