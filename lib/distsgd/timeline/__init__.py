@@ -8,10 +8,13 @@ links), `schedules` (S-SGD schedules, DDP, PS, ByteScheduler, DeAR), `local` (lo
 CoCoD-SGD, SSD-SGD, KAVG), `simulate` (steady state, Prediction, Chrome trace), `sweep` (the CLI's
 table of configurations), `overheads` (the per-call issue and copy costs on the compute stream:
 `simulate(..., overheads=Overheads(...))`, default none; `overheads.measure()` on this machine),
-`validate` (against the benchmark's measured step times).
+`effects` (Horovod's fusion cycle, compute contention, the per-message cost: `simulate(...,
+effects=Effects(...))`, default off; on in the what-if CLI), `validate` (against the benchmark's
+measured step times). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
 """
+from .effects import Effects
 from .overheads import Overheads
 from .simulate import ALGORITHMS, Prediction, simulate
 from .topology import Topology
 
-__all__ = ["ALGORITHMS", "Overheads", "Prediction", "Topology", "simulate"]
+__all__ = ["ALGORITHMS", "Effects", "Overheads", "Prediction", "Topology", "simulate"]

@@ -20,9 +20,14 @@ collectives the algorithm issues, in the same order, with the same sizes:
   backward order with limits [_DEFAULT_FIRST_BUCKET_BYTES (1 MiB), bucket_mb MiB]; a bucket
   closes once it reaches its limit. Its reducer launches each bucket when ready and waits for
   all at the end of backward, as ssgd does.
+- wfbp with `Effects.fusion_cycle_s` > 0 (`timeline.effects`): Horovod's tensor fusion; each
+  gradient joins the group of the next cycle tick at or after it is ready, and a group (up to
+  `fusion_threshold_bytes`) is one all-reduce issued at its tick.
 - ps: per bucket a reduce-scatter (push) of p*m elements from the hooks, m = the largest server
   load of its `server_assignment`; after backward each push is waited for in order and its pull
-  (an all-gather of the same p*m elements) issued, then all pulls are waited for.
+  (an all-gather of the same p*m elements) issued, then all pulls are waited for. With a server
+  placement (`Topology.servers` 0 or N) push and pull cost `Topology.ps_cost` instead, on a piece
+  of m elements per (worker, server) (colocated) or the bucket's bytes / N (N separate servers).
 - bytescheduler: partitions of at most partition_mb per tensor, queued by (forward layer, offset),
   launched from the hooks while the bytes in flight fit the credit; after backward the rest is
   launched, retiring the oldest in-flight partition whenever the credit is full; each layer's
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from typing import Any
 
@@ -184,6 +190,38 @@ class WFBP(Bucketed):
     def plan(self) -> list[int]:
         return group_counts(self.tensor_bytes, 0, self.element_size)
 
+    def build(self) -> None:
+        super().build()
+        self.tick = 0.0                 # the cycle tick of the group being fused
+        self.fused: list[int] = []      # its buckets (one gradient each)
+
+    def launch(self, b: int) -> None:
+        """Per gradient, or into the fusion group of the next cycle tick (module doc)."""
+        effects = self.rank.effects
+        if not effects.fusion_cycle_s:
+            return super().launch(b)
+        tick = math.ceil(self.rank.t / effects.fusion_cycle_s) * effects.fusion_cycle_s
+        fused_bytes = sum(self.nbytes[f] for f in self.fused)
+        if self.fused and (tick != self.tick or fused_bytes + self.nbytes[b] > effects.fusion_threshold_bytes):
+            self.flush()
+        if not self.fused:
+            self.tick = tick
+        self.fused.append(b)
+
+    def flush(self) -> None:
+        """Issue the fused group as one all-reduce at its tick."""
+        nbytes = sum(self.nbytes[f] for f in self.fused)
+        ready = self.rank.issue("all_reduce", nbytes, f"fused {self.fused[0]}-{self.fused[-1]}",
+                                link=self.link, at=self.tick)
+        for f in self.fused:
+            self.handle[f] = ready
+        self.fused = []
+
+    def after_backward(self, step: int) -> None:
+        if self.fused:
+            self.flush()
+        super().after_backward(step)
+
 
 class MGWFBP(Bucketed):
     algo = "mgwfbp"
@@ -232,7 +270,17 @@ class PS(Bucketed):
         return counts
 
     def launch(self, b: int) -> None:
-        self.handle[b] = self.issue("reduce_scatter", self.slot_bytes[b], f"push {b}")
+        self.handle[b] = self.exchange("reduce_scatter", b, f"push {b}")
+
+    def exchange(self, kind: str, b: int, name: str) -> float:
+        """Push or pull of bucket `b`: Comm's collective, or under a server placement its
+        `Topology.ps_cost` (module doc)."""
+        topo = self.rank.topology
+        if topo.servers is None:
+            return self.issue(kind, self.slot_bytes[b], name)
+        piece = self.nbytes[b] / topo.servers if topo.servers else self.slot_bytes[b] / self.p
+        seconds = topo.ps_cost(piece, self.p, self.servers or self.p)
+        return self.rank.issue(kind, self.slot_bytes[b], name, link=self.link, seconds=seconds)
 
     def after_backward(self, step: int) -> None:
         for b, h in enumerate(self.handle):
@@ -241,7 +289,7 @@ class PS(Bucketed):
         pulls = []
         for b, h in enumerate(self.handle):
             self.rank.wait(h)
-            pulls.append(self.issue("all_gather", self.slot_bytes[b], f"pull {b}"))
+            pulls.append(self.exchange("all_gather", b, f"pull {b}"))
         for h in pulls:
             self.rank.wait(h)
         self.handle = [None] * len(self.size)

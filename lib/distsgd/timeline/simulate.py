@@ -22,6 +22,7 @@ from ..algorithms.registry import REGISTRY
 from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
 from ..errors import ConfigError
 from ..layer_profile import Profile
+from .effects import OFF, Effects
 from .local import LOCAL_UPDATES
 from .overheads import NONE, Overheads
 from .schedules import SCHEDULES
@@ -80,19 +81,22 @@ def resolve_network(net: NetModel | str | None, topology: Topology | None) -> To
 
 def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None = None,
              params: dict[str, Any] | None = None, topology: Topology | None = None,
-             label: str = "", overheads: Overheads | None = None) -> Prediction:
+             label: str = "", overheads: Overheads | None = None,
+             effects: Effects | None = None) -> Prediction:
     """Steady-state step of `algo` (with `params`, the algorithm's `Param`s; defaults filled in)
     on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`.
     `overheads` (`timeline.overheads.Overheads`; default None: none, the profile's times only)
     charges per-collective issue costs and copy passes on the compute stream, by one rule for
-    every schedule; they count in `compute_s`."""
+    every schedule; they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
+    None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
+    (the slowed compute counts in `compute_s`)."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ConfigError("nproc", nproc, "an integer >= 1")
     topo = resolve_network(net, topology)
     resolved = REGISTRY[algo].resolve_params(dict(params or {}))
-    rank = Rank(topo, nproc, overheads or NONE)
+    rank = Rank(topo, nproc, overheads or NONE, effects or OFF)
     schedule = ALGORITHMS[algo](profile, rank, resolved)
     cycle = schedule.cycle
     warmup = cycle * max(2, -(-2 // cycle))

@@ -10,11 +10,18 @@ busy until then (one FIFO queue per link, issue order, exactly what `Comm` charg
 
 and `wait(ready)` moves the compute stream to max(now, ready). Every time is a max or a sum of
 known times, so no event queue is needed: the closed form of the discrete-event model.
+
+With `Effects.contention` c > 0 (`timeline.effects`), a compute task progresses at rate 1/(1+c)
+while any of the rank's collectives is in flight (the union of its links' busy intervals known
+when the task starts), at rate 1 otherwise. A collective may be issued at a later time than the
+compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`: the PS
+placement's `Topology.ps_cost`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .effects import OFF, Effects
 from .overheads import NONE, Overheads, out_bytes
 from .topology import INTER, Topology
 
@@ -35,8 +42,10 @@ class Interval:
 class Rank:
     """The compute stream and the links of one (every) rank."""
 
-    def __init__(self, topology: Topology, nproc: int, overheads: Overheads = NONE) -> None:
-        self.topology, self.nproc, self.overheads = topology, nproc, overheads
+    def __init__(self, topology: Topology, nproc: int, overheads: Overheads = NONE,
+                 effects: Effects = OFF) -> None:
+        self.topology, self.nproc, self.overheads, self.effects = topology, nproc, overheads, effects
+        self.inflight: list[tuple[float, float]] = []  # (start, ready) of collectives (contention)
         self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
         self.free: dict[str, float] = {}               # link -> time it becomes free
@@ -47,24 +56,50 @@ class Rank:
     def compute(self, name: str, seconds: float) -> None:
         """Run a task of `seconds` on the compute stream."""
         if seconds > 0:
-            self.events.append(Interval(COMPUTE, name, self.t, self.t + seconds, self.step))
-            self.t += seconds
-            self.busy += seconds
+            end = self._finish(seconds) if self.effects.contention else self.t + seconds
+            self.events.append(Interval(COMPUTE, name, self.t, end, self.step))
+            self.busy += end - self.t
+            self.t = end
+
+    def _finish(self, work: float) -> float:
+        """When a task of `work` seconds started now ends, slowed by 1 + contention while a
+        collective is in flight (module doc)."""
+        slow, t = 1.0 + self.effects.contention, self.t
+        self.inflight = [(s, e) for s, e in self.inflight if e > t]
+        merged: list[list[float]] = []
+        for s, e in sorted(self.inflight):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        for s, e in merged:
+            if s > t:
+                if work <= s - t:
+                    return t + work
+                work, t = work - (s - t), s
+            if work * slow <= e - t:
+                return t + work * slow
+            work, t = work - (e - t) / slow, e
+        return t + work
 
     def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
-              link: str = INTER) -> float:
+              link: str = INTER, at: float | None = None, seconds: float | None = None) -> float:
         """Issue collective `kind` on `nbytes` over `size` ranks (default: all) on `link` at
-        the compute clock; returns its ready time. The compute stream does not wait, but with
-        `overheads` it first spends `issue_s` and one pass over `nbytes` (`overheads` module)."""
+        the compute clock (or at `at`, which may be past: a background thread's tick), costing `Topology.cost` (or `seconds`);
+        returns its ready time. The compute stream does not wait, but with `overheads` it first
+        spends `issue_s` and one pass over `nbytes` (`overheads` module)."""
         p = self.nproc if size is None else size
         if self.overheads.active:
             self.compute(f"issue {kind} {name}".rstrip(),
                          self.overheads.issue_s + self.overheads.copy_s(nbytes))
-        seconds = self.topology.cost(link, kind, nbytes, p)
-        start = max(self.t, self.free.get(link, 0.0))
+        if seconds is None:
+            seconds = self.topology.cost(link, kind, nbytes, p)
+        start = max(self.t if at is None else at, self.free.get(link, 0.0))
         ready = start + seconds
         if seconds > 0:
             self.free[link] = ready
+            if self.effects.contention:
+                self.inflight.append((start, ready))
             label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
             self.events.append(Interval(link, label, start, ready, self.step))
         if self.overheads.active:
