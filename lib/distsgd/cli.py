@@ -243,6 +243,13 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
                         "(bandwidth=10Gbit,latency=20us); repeat or separate with ';' (default 10GbE)")
     m.add_argument("--gpus-per-node", type=int, default=1, help="ranks per node (two-level topology)")
     m.add_argument("--intra", default="", help="intra-node link (a --net spec) when --gpus-per-node > 1")
+    m.add_argument("--hierarchical", action="store_true",
+                   help="all-reduces spanning nodes: intra reduce, ring among node leaders, intra broadcast")
+    m.add_argument("--servers", type=int, default=0,
+                   help="PS servers: 0 colocated with the workers (BytePS), N separate machines")
+    m.add_argument("--no-fusion-cycle", action="store_true", help="no Horovod fusion cycle for wfbp")
+    m.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
+    m.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, given to the chosen algorithms that have it")
     m.add_argument("--csv", default="simulate.csv", help="where to write the table")
@@ -252,6 +259,7 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """`python -m distsgd simulate`: check everything, simulate, write the CSV, print a table."""
     from .layer_profile import Profile
+    from .timeline.effects import whatif
     from .timeline.sweep import find_profile, split_list, split_nets, sweep
 
     if args.profile is None and not args.model:
@@ -265,9 +273,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not p.isdigit() or int(p) < 1:
             raise ConfigError("nprocs", p, "integers >= 1")
         nprocs.append(int(p))
+    if args.servers < 0:
+        raise ConfigError("servers", args.servers, "0 (colocated) or N >= 1 separate servers")
+    effects, overheads = whatif(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
     df = sweep(profile, split_list(args.algos, "algos"), nprocs, split_nets(args.net or ["10GbE"]),
                parse_assignments(args.set, "set"), args.gpus_per_node, args.intra,
-               str(path), args.trace)
+               str(path), args.trace, args.hierarchical, args.servers, effects, overheads)
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.csv, index=False)
     shown = df[["algo", "nproc", "net", "step_s", "exposed_comm_s", "throughput"]]

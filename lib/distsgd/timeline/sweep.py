@@ -15,6 +15,8 @@ from ..comm.netmodel import PRESETS, NetModel, parse_net
 from ..errors import ConfigError
 from ..layer_profile import Profile
 from ..paths import repo_root
+from .effects import Effects
+from .overheads import Overheads
 from .simulate import ALGORITHMS, simulate
 from .topology import Topology
 
@@ -63,11 +65,14 @@ def split_nets(specs: list[str]) -> list[str]:
 
 def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: list[str],
           params: dict[str, Any] | None = None, gpus_per_node: int = 1, intra: str = "",
-          profile_name: str = "", trace_dir: Path | None = None) -> pd.DataFrame:
+          profile_name: str = "", trace_dir: Path | None = None, hierarchical: bool = False,
+          servers: int | None = None, effects: Effects | None = None,
+          overheads: Overheads | None = None) -> pd.DataFrame:
     """One row per (algo, nproc, net) (`COLUMNS`; throughput = samples/s over all ranks); with
     `trace_dir`, a Chrome trace per configuration. `params` go to the algorithms that have them
     (a name no algorithm has is an error); `intra` (a --net spec) is the intra-node link of nodes
-    of `gpus_per_node` ranks, the networks `nets` being the inter-node link."""
+    of `gpus_per_node` ranks, the networks `nets` being the inter-node link; `hierarchical` and
+    `servers` as `Topology`'s, `effects` and `overheads` as `simulate`'s (defaults: off)."""
     for algo in algos:
         if algo not in ALGORITHMS:
             raise ConfigError("algos", algo, sorted(ALGORITHMS))
@@ -94,9 +99,10 @@ def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: list[str]
     rows = []
     for algo in algos:
         for net in nets:
-            topo = Topology(gpus_per_node, intra_net or models[net], models[net])
+            topo = Topology(gpus_per_node, intra_net or models[net], models[net], hierarchical, servers)
             for p in nprocs:
-                pred = simulate(profile, algo, p, params=per_algo[algo], topology=topo, label=net)
+                pred = simulate(profile, algo, p, params=per_algo[algo], topology=topo, label=net,
+                                effects=effects, overheads=overheads)
                 rows.append({"model": profile.model, "algo": algo, "nproc": p, "net": net,
                              "batch_size": profile.batch_size, "step_s": pred.step_s,
                              "compute_s": pred.compute_s, "exposed_comm_s": pred.exposed_comm_s,
