@@ -1,0 +1,262 @@
+"""The two-level topology (hierarchical all-reduce, PS server placement with a shared NIC) and the
+scale effects (`timeline.effects`: Horovod's fusion cycle, compute contention, the per-message
+cost) against closed forms, and issue #23's two done-when tests: with no latency and one node the
+prediction is the closed form of the collective formulas; with the effects off (and the topology's
+choices at their defaults) it is the original model, pinned as main's code computed it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from distsgd import cli
+from distsgd.comm.netmodel import NetModel, hierarchical_all_reduce, parse_net, ps_exchange
+from distsgd.errors import ConfigError
+from distsgd.layer_profile import Layer, Profile
+from distsgd.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
+from distsgd.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
+from distsgd.timeline.schedules import MB
+from distsgd.timeline.streams import Rank
+
+from test_timeline import TOY
+
+INTRA = NetModel(bandwidth_Bps=15.75e9, latency_s=0.0)       # PCIe3, no latency
+INTER = NetModel(bandwidth_Bps=1.25e9, latency_s=0.0)        # 10GbE, no latency
+
+
+def bucket_bytes(algo: str, p: int, topology: Topology) -> list[int]:
+    """The all-reduce sizes `algo` issues in one step (its planner's buckets)."""
+    pred = simulate(TOY, algo, p, topology=topology)
+    first = pred.window[0]
+    return [int(e.name.split()[-2]) for e in pred.events if e.stream != "compute" and e.step == first]
+
+
+# ------------------------------------------------------------------ done-when (i): closed forms
+@pytest.mark.parametrize("bucket_mb", [0.5, 25.0])
+def test_no_latency_one_node_is_compute_plus_bandwidth_terms(bucket_mb: float) -> None:
+    p = 8
+    topo = Topology(p, INTRA, INTER)                                  # all ranks in one node
+    pred = simulate(TOY, "no_overlap", p, params={"bucket_mb": bucket_mb}, topology=topo)
+    sizes = bucket_bytes("no_overlap", p, topo)
+    assert sum(sizes) == TOY.grad_bytes
+    closed = TOY.compute_s + sum(2 * (p - 1) / p * n / INTRA.bandwidth_Bps for n in sizes)
+    assert pred.step_s == pytest.approx(closed, rel=1e-12)
+
+
+def test_no_latency_hierarchical_is_reduce_ring_broadcast() -> None:
+    g, nodes = 4, 4
+    topo = Topology(g, INTRA, INTER, hierarchical=True)
+    pred = simulate(TOY, "no_overlap", g * nodes, topology=topo)
+    per_byte = (2 * math.log2(g) / INTRA.bandwidth_Bps                # reduce + broadcast (trees)
+                + 2 * (nodes - 1) / nodes / INTER.bandwidth_Bps)      # ring among the 4 leaders
+    sizes = bucket_bytes("no_overlap", g * nodes, topo)
+    assert pred.step_s == pytest.approx(TOY.compute_s + per_byte * sum(sizes), rel=1e-12)
+    flat = simulate(TOY, "no_overlap", g * nodes, topology=Topology(g, INTRA, INTER))
+    assert flat.step_s == pytest.approx(TOY.compute_s + 2 * 15 / 16 * sum(sizes) / INTER.bandwidth_Bps,
+                                        rel=1e-12)
+
+
+def test_hierarchical_changes_nothing_inside_one_node_or_for_one_gpu_nodes() -> None:
+    for g, p in ((8, 8), (1, 8), (4, 4)):
+        hier = Topology(g, INTRA, parse_net("10GbE"), hierarchical=True)
+        plain = Topology(g, INTRA, parse_net("10GbE"))
+        for algo in ("ssgd", "wfbp", "local_sgd"):
+            assert simulate(TOY, algo, p, topology=hier).step_s == simulate(TOY, algo, p, topology=plain).step_s
+    assert Topology(4, INTRA, INTER, hierarchical=True).cost("inter", "all_reduce", 1000, 8) == \
+        hierarchical_all_reduce(INTRA, INTER, 1000, 4, 2)
+
+
+def test_ps_exchange_shares_the_nic_among_a_nodes_gpus() -> None:
+    piece, p = 1e6, 8
+    one_gpu_nodes = ps_exchange(INTRA, INTER, piece, p, 1, p, separate=False)
+    assert one_gpu_nodes == pytest.approx((p - 1) * piece / INTER.bandwidth_Bps)   # the ring's bandwidth term
+    four = ps_exchange(INTRA, INTER, piece, p, 4, p, separate=False)
+    assert four == pytest.approx(4 * 4 * piece / INTER.bandwidth_Bps)     # 4 workers x 4 remote servers
+    separate = ps_exchange(INTRA, INTER, piece, p, 4, 2, separate=True)
+    assert separate == pytest.approx(max(4 * 2, p) * piece / INTER.bandwidth_Bps)
+    inside = ps_exchange(INTRA, INTER, piece, 4, 4, 4, separate=False)
+    assert inside == pytest.approx(3 * piece / INTRA.bandwidth_Bps)        # PCIe only
+
+
+def test_ps_placement_costs_push_and_pull_by_ps_exchange() -> None:
+    p = 8
+    topo = Topology(4, INTRA, INTER, servers=0)
+    flat_free = profile_without_compute()
+    pred = simulate(flat_free, "ps", p, topology=topo)
+    pushes = [e for e in pred.events if e.step == pred.window[0] and e.name.startswith("reduce_scatter")]
+    assert pushes
+    for e in pushes:
+        slot = int(e.name.split()[-2])
+        assert e.end - e.start == pytest.approx(ps_exchange(INTRA, INTER, slot / p, p, 4, p, False), rel=1e-12)
+    ring = simulate(flat_free, "ps", p, topology=Topology(4, INTRA, INTER))
+    assert pred.step_s == pytest.approx(16 / 7 * ring.step_s, rel=1e-12)   # g*(p-g) / (p-1)
+
+
+def profile_without_compute() -> Profile:
+    layers = [Layer(f"l{i}", 0.0, 0.0, 0.0, [f"l{i}.w"], [4 * n], [n]) for i, n in enumerate([2**20, 3 * 2**18])]
+    return Profile("free", 8, (1,), "cpu", "measured", "test", layers)
+
+
+# ------------------------------------------------------------------ done-when (ii): the original model
+# Step times by main at b3b67f2 (before topology and effects), TOY profile, 10GbE flat and 4 GPUs
+# per node on PCIe3 + 10GbE: `simulate(TOY, algo, p, topology=...).step_s`.
+MAIN_STEPS = {
+    ('bytescheduler', 'flat', 4): 0.030203513600000082,
+    ('bytescheduler', 'flat', 16): 0.04290911999999997,
+    ('bytescheduler', '4pn', 4): 0.016489545904761902,
+    ('bytescheduler', '4pn', 16): 0.04290911999999997,
+    ('cocod_sgd', 'flat', 4): 0.01550000000000001,
+    ('cocod_sgd', 'flat', 16): 0.01550000000000001,
+    ('cocod_sgd', '4pn', 4): 0.01550000000000001,
+    ('cocod_sgd', '4pn', 16): 0.01550000000000001,
+    ('ddp', 'flat', 4): 0.03458729600000001,
+    ('ddp', 'flat', 16): 0.03980912000000001,
+    ('ddp', '4pn', 4): 0.017011340952380966,
+    ('ddp', '4pn', 16): 0.03980912000000001,
+    ('dear', 'flat', 4): 0.036027296000000035,
+    ('dear', 'flat', 16): 0.041609119999999986,
+    ('dear', '4pn', 4): 0.017125626666666692,
+    ('dear', '4pn', 16): 0.041609119999999986,
+    ('fusion', 'flat', 4): 0.03602729600000002,
+    ('fusion', 'flat', 16): 0.04160912000000002,
+    ('fusion', '4pn', 4): 0.017125626666666678,
+    ('fusion', '4pn', 16): 0.04160912000000002,
+    ('kavg', 'flat', 4): 0.020631824000000014,
+    ('kavg', 'flat', 16): 0.02202728000000001,
+    ('kavg', '4pn', 4): 0.015906406666666678,
+    ('kavg', '4pn', 16): 0.02202728000000001,
+    ('local_sgd', 'flat', 4): 0.020631824000000014,
+    ('local_sgd', 'flat', 16): 0.02202728000000001,
+    ('local_sgd', '4pn', 4): 0.015906406666666678,
+    ('local_sgd', '4pn', 16): 0.02202728000000001,
+    ('mgwfbp', 'flat', 4): 0.02870249600000001,
+    ('mgwfbp', 'flat', 16): 0.03480912000000001,
+    ('mgwfbp', '4pn', 4): 0.0157726742857143,
+    ('mgwfbp', '4pn', 16): 0.03480912000000001,
+    ('no_overlap', 'flat', 4): 0.03602729600000002,
+    ('no_overlap', 'flat', 16): 0.04160912000000002,
+    ('no_overlap', '4pn', 4): 0.017125626666666678,
+    ('no_overlap', '4pn', 16): 0.04160912000000002,
+    ('ps', 'flat', 4): 0.05402000000000001,
+    ('ps', 'flat', 16): 0.2081,
+    ('ps', '4pn', 4): 0.01855361904761906,
+    ('ps', '4pn', 16): 0.2081,
+    ('ssd_sgd', 'flat', 4): 0.020527296000000007,
+    ('ssd_sgd', 'flat', 16): 0.026109119999999986,
+    ('ssd_sgd', '4pn', 4): 0.016000000000000014,
+    ('ssd_sgd', '4pn', 16): 0.026109119999999986,
+    ('ssgd', 'flat', 4): 0.03602729600000002,
+    ('ssgd', 'flat', 16): 0.04160912000000002,
+    ('ssgd', '4pn', 4): 0.017125626666666678,
+    ('ssgd', '4pn', 16): 0.04160912000000002,
+    ('wfbp', 'flat', 4): 0.029182496,
+    ('wfbp', 'flat', 16): 0.03780912,
+    ('wfbp', '4pn', 4): 0.0157786742857143,
+    ('wfbp', '4pn', 16): 0.03780912,
+}
+
+
+@pytest.mark.parametrize("effects", [None, OFF, Effects(fusion_threshold_bytes=1)])
+def test_effects_off_is_the_original_model(effects: Effects | None) -> None:
+    ten, pcie = parse_net("10GbE"), parse_net("PCIe3")
+    topos = {"flat": Topology.flat(ten), "4pn": Topology(4, pcie, ten)}
+    assert {algo for algo, _, _ in MAIN_STEPS} == set(ALGORITHMS)
+    for (algo, topo, p), step in MAIN_STEPS.items():
+        assert simulate(TOY, algo, p, topology=topos[topo], effects=effects).step_s == pytest.approx(step, rel=1e-12), \
+            (algo, topo, p)
+
+
+# ------------------------------------------------------------------ the effects
+def test_contention_slows_compute_only_while_a_collective_is_in_flight() -> None:
+    rank = Rank(Topology.flat(INTER), 2, effects=Effects(contention=0.5))
+    ready = rank.issue("all_reduce", 10**6, "x")                       # in flight over [0, ready)
+    rank.compute("short", ready / 3)                                     # all inside: 1.5 x
+    assert rank.t == pytest.approx(ready / 2)
+    rank.compute("long", ready)                                          # ready/3 of work until `ready`
+    assert rank.t == pytest.approx(ready + (ready - ready / 3))
+    assert rank.busy == pytest.approx(rank.t)
+    off = Rank(Topology.flat(INTER), 2)
+    off.issue("all_reduce", 10**6, "x")
+    off.compute("short", ready / 3)
+    assert off.t == pytest.approx(ready / 3)
+
+
+def test_contention_does_not_touch_a_schedule_without_overlap() -> None:
+    slow = simulate(TOY, "no_overlap", 8, NetModel(1.25e9, 20e-6), effects=Effects(contention=0.5))
+    assert slow.step_s == simulate(TOY, "no_overlap", 8, NetModel(1.25e9, 20e-6)).step_s
+    overlapped = simulate(TOY, "wfbp", 8, NetModel(1.25e9, 20e-6), effects=Effects(contention=0.5))
+    assert overlapped.compute_s > TOY.compute_s
+
+
+def binary_profile() -> Profile:
+    """Times that are exact binary fractions, so the cycle ticks fall exactly on gradient times."""
+    f, b = 2.0**-10, 2.0**-9
+    layers = [Layer(f"l{i}", f, b, 0.0, [f"l{i}.a", f"l{i}.b"], [4 * 1000, 4 * 3000], [1000, 3000])
+              for i in range(4)]
+    return Profile("bin", 8, (1,), "cpu", "measured", "test", layers)
+
+
+def test_fusion_cycle_fuses_the_gradients_of_one_tick() -> None:
+    prof = binary_profile()
+    net = NetModel(1e12, 0.0)                                            # transfers ~free: ticks decide
+    def allreduces(effects: Effects | None) -> list[str]:
+        pred = simulate(prof, "wfbp", 4, net, effects=effects)
+        return [e.name for e in pred.events if e.stream != "compute" and e.step == pred.window[0]]
+    assert len(allreduces(None)) == 8                                     # per tensor
+    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10))) == 4         # per layer: one tick each
+    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10, fusion_threshold_bytes=4000))) == 8
+    whole = simulate(prof, "wfbp", 4, net, effects=Effects(fusion_cycle_s=1.0))
+    fused = [e for e in whole.events if e.stream != "compute" and e.step == whole.window[0]]
+    assert len(fused) == 1 and fused[0].start == pytest.approx(math.ceil(fused[0].start))  # at its tick
+
+
+def test_whatif_switches_each_effect_off_alone() -> None:
+    assert whatif() == (WHATIF, MESSAGE_OVERHEADS)
+    assert whatif(fusion_cycle=False)[0] == Effects(0.0, WHATIF.fusion_threshold_bytes, WHATIF.contention)
+    assert whatif(contention=False)[0] == Effects(WHATIF.fusion_cycle_s, WHATIF.fusion_threshold_bytes, 0.0)
+    assert whatif(message_latency=False) == (WHATIF, None)
+    assert MESSAGE_OVERHEADS == Overheads(issue_s=8.4e-6)
+
+
+def test_cli_flags_switch_effects_and_topology(tmp_path, capsys) -> None:
+    import pandas as pd
+    layers = [Layer(f"layer{i}", 1e-3, 2e-3, 1e-4, [f"layer{i}.weight"], [4 * n], [n])
+              for i, n in enumerate([300_000, 2_000_000, 50_000])]
+    path = Profile("toy", 32, (3, 32, 32), "cpu", "measured", "test", layers).to_csv(tmp_path / "toy_b32.csv")
+    base = ["simulate", "--profile", str(path), "--algos", "wfbp,ddp,ps", "--nprocs", "16", "--gpus-per-node", "4",
+            "--intra", "PCIe3", "--net", "10GbE"]
+    steps = {}
+    for name, extra in {"all": [], "nofc": ["--no-fusion-cycle"], "noct": ["--no-contention"],
+                        "noml": ["--no-message-latency"], "hier": ["--hierarchical"], "sep": ["--servers", "4"],
+                        "none": ["--no-fusion-cycle", "--no-contention", "--no-message-latency"]}.items():
+        out = tmp_path / f"{name}.csv"
+        assert cli.main([*base, *extra, "--csv", str(out)]) == 0
+        steps[name] = pd.read_csv(out).set_index("algo")
+    compute = {name: df.compute_s for name, df in steps.items()}
+    steps = {name: df.step_s for name, df in steps.items()}
+    for name in ("nofc", "hier"):
+        assert steps[name]["wfbp"] != steps["all"]["wfbp"], name
+    assert steps["noct"]["ddp"] < steps["all"]["ddp"]      # wfbp's steps are tick-bound here
+    assert compute["noml"]["ddp"] < compute["all"]["ddp"]  # the issue cost is compute time
+    assert steps["sep"]["ps"] != steps["all"]["ps"]
+    topo = Topology(4, parse_net("PCIe3"), parse_net("10GbE"), servers=0)
+    prof = Profile.from_csv(path)
+    assert steps["none"]["wfbp"] == pytest.approx(simulate(prof, "wfbp", 16, topology=topo).step_s, rel=1e-12)
+    assert cli.main([*base, "--servers", "-1", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert "servers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"hierarchical": 1}, "hierarchical"),
+    ({"servers": -1}, "servers"),
+])
+def test_bad_topology_names_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Topology(4, INTRA, INTER, **kwargs)
+    assert err.value.field == field
+
+
+def test_bad_effects_name_the_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        Effects(contention=-0.1)
+    assert err.value.field == "effects.contention"
