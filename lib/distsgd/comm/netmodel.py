@@ -153,7 +153,9 @@ def ps_exchange(intra: NetModel, inter: NetModel, piece: float, workers: int, gp
         out = len(ranks) * (servers - here) * piece
         into = here * (workers - len(ranks)) * piece
         busiest = max(busiest, out, into)
-        local = max(local, (here - (1 if here else 0)) * piece, (len(ranks) - 1) * piece if here else 0.0)
+        sends = here if len(ranks) > here else here - 1          # a worker to the node's other servers
+        receives = len(ranks) - 1 if here else 0                 # a server from the node's other workers
+        local = max(local, sends * piece, receives * piece)
     seconds = inter.latency_s + busiest / inter.bandwidth_Bps if busiest else 0.0
     if local:
         seconds = max(seconds, intra.latency_s + local / intra.bandwidth_Bps)
