@@ -15,7 +15,6 @@ from distsgd.errors import ConfigError
 from distsgd.layer_profile import Layer, Profile
 from distsgd.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
 from distsgd.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
-from distsgd.timeline.schedules import MB
 from distsgd.timeline.streams import Rank
 
 from test_timeline import TOY
