@@ -91,6 +91,19 @@ def test_ps_placement_costs_push_and_pull_by_ps_exchange() -> None:
     assert pred.step_s == pytest.approx(16 / 7 * ring.step_s, rel=1e-12)   # g*(p-g) / (p-1)
 
 
+def test_groups_spanning_nodes_share_the_nic() -> None:
+    topo = Topology(4, INTRA, INTER)
+    assert topo.nic_sharers(16, 16) == 1                                  # the world's ring
+    assert topo.nic_sharers(8, 16) == 1                                   # groups of whole nodes
+    assert topo.nic_sharers(6, 12) == 2                                   # node 1 holds ranks of groups 0 and 1
+    free = profile_without_compute()
+    pred = simulate(free, "kavg", 12, topology=topo,
+                    params={"period": 2, "local_period": 1, "local_groups": 2})
+    local = [e for e in pred.events if e.step == pred.window[0]]
+    assert len(local) == 1 and local[0].end - local[0].start == pytest.approx(
+        NetModel(INTER.bandwidth_Bps / 2, 0.0).cost("all_reduce", free.grad_bytes, 6), rel=1e-12)
+
+
 def profile_without_compute() -> Profile:
     layers = [Layer(f"l{i}", 0.0, 0.0, 0.0, [f"l{i}.w"], [4 * n], [n]) for i, n in enumerate([2**20, 3 * 2**18])]
     return Profile("free", 8, (1,), "cpu", "measured", "test", layers)

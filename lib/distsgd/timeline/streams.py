@@ -93,7 +93,8 @@ class Rank:
             self.compute(f"issue {kind} {name}".rstrip(),
                          self.overheads.issue_s + self.overheads.copy_s(nbytes))
         if seconds is None:
-            seconds = self.topology.cost(link, kind, nbytes, p)
+            sharers = self.topology.nic_sharers(p, self.nproc) if link == INTER else 1
+            seconds = self.topology.cost(link, kind, nbytes, p, sharers)
         start = max(self.t if at is None else at, self.free.get(link, 0.0))
         ready = start + seconds
         if seconds > 0:

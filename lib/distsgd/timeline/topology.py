@@ -11,7 +11,9 @@ node r // gpus_per_node), and a group is consecutive ranks (KAVG's local groups)
   (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
   JPDC 2009; NCCL's ring bus bandwidth is its slowest link's), so the ring costs the flat formula
   with the inter-node link's alpha and bandwidth: `inter.cost(kind, n, p)`. In a ring with the
-  ranks in node order one edge leaves each node, so the NIC is not shared.
+  ranks in node order one edge leaves each node, so the world's ring does not share the NIC; groups
+  smaller than the world (KAVG's) that span nodes do when k of them have ranks on one node: their
+  rings run at once through its NIC, each at bandwidth / k (`nic_sharers`).
 
 With gpus_per_node = 1 every group spans nodes and the flat formulas of `inter` are reproduced
 exactly; with all ranks in one node, those of `intra`.
@@ -79,13 +81,26 @@ class Topology:
         spans = any(self.link(first, size) == INTER for first in range(0, nproc, size))
         return INTER if spans else INTRA
 
-    def cost(self, link: str, kind: str, nbytes: int, p: int) -> float:
-        """Seconds of collective `kind` on `nbytes` over a group of `p` ranks on `link` (an
-        all-reduce spanning nodes is the hierarchical one when `hierarchical`)."""
+    def nic_sharers(self, size: int, nproc: int) -> int:
+        """The most groups of `size` consecutive ranks (partitioning `nproc`) that span nodes and
+        have ranks on one node: their concurrent rings share that node's NIC (1 for the world)."""
+        g, most = self.gpus_per_node, 1
+        if size >= nproc:
+            return 1
+        for first in range(0, nproc, g):
+            groups = {r // size for r in range(first, min(first + g, nproc))}
+            most = max(most, sum(1 for q in groups if self.link(q * size, size) == INTER))
+        return most
+
+    def cost(self, link: str, kind: str, nbytes: int, p: int, sharers: int = 1) -> float:
+        """Seconds of collective `kind` on `nbytes` over a group of `p` ranks on `link`, the NIC
+        shared by `sharers` concurrent groups (an all-reduce spanning nodes is the hierarchical
+        one when `hierarchical`)."""
         g = self.gpus_per_node
+        inter = self.inter if sharers == 1 else NetModel(self.inter.bandwidth_Bps / sharers, self.inter.latency_s)
         if self.hierarchical and link == INTER and kind == "all_reduce" and 1 < g < p:
-            return hierarchical_all_reduce(self.intra, self.inter, nbytes, g, -(-p // g))
-        return (self.intra if link == INTRA else self.inter).cost(kind, nbytes, p)
+            return hierarchical_all_reduce(self.intra, inter, nbytes, g, -(-p // g))
+        return (self.intra if link == INTRA else inter).cost(kind, nbytes, p)
 
     def ps_cost(self, piece: float, workers: int, shards: int) -> float:
         """Seconds of a PS push or pull of `piece` bytes per (worker, server) pair under the
