@@ -27,7 +27,8 @@ collectives the algorithm issues, in the same order, with the same sizes:
   load of its `server_assignment`; after backward each push is waited for in order and its pull
   (an all-gather of the same p*m elements) issued, then all pulls are waited for. With a server
   placement (`Topology.servers` 0 or N) push and pull cost `Topology.ps_cost` instead, on a piece
-  of m elements per (worker, server) (colocated) or the bucket's bytes / N (N separate servers).
+  of m elements per (worker, server) (colocated) or the bucket's bytes / N (N separate servers,
+  which replace the algorithm's `servers` shards on the ranks).
 - bytescheduler: partitions of at most partition_mb per tensor, queued by (forward layer, offset),
   launched from the hooks while the bytes in flight fit the credit; after backward the rest is
   launched, retiring the oldest in-flight partition whenever the credit is full; each layer's
@@ -199,7 +200,8 @@ class WFBP(Bucketed):
         """Per gradient, or into the fusion group of the next cycle tick (module doc)."""
         effects = self.rank.effects
         if not effects.fusion_cycle_s:
-            return super().launch(b)
+            super().launch(b)
+            return
         tick = math.ceil(self.rank.t / effects.fusion_cycle_s) * effects.fusion_cycle_s
         fused_bytes = sum(self.nbytes[f] for f in self.fused)
         if self.fused and (tick != self.tick or fused_bytes + self.nbytes[b] > effects.fusion_threshold_bytes):
