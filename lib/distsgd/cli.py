@@ -279,9 +279,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """`python -m distsgd simulate`: check everything, simulate, write the CSV (and the plot),
     print a table and the recommendation."""
     from . import whatif
-    from .timeline.sweep import check_sweep, split_list, sweep
+    from .timeline.sweep import split_list
 
-    compute_s = whatif.iteration_seconds(args.batch_size, args.iter_time, args.throughput)
     nprocs = []
     for p in split_list(args.nprocs, "nprocs"):
         if not p.isdigit() or int(p) < 1:
@@ -289,27 +288,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         nprocs.append(int(p))
     if args.plot is not None:
         whatif.check_plot_path(args.plot)
-    if args.nccl_min_bytes < 0:
-        raise ConfigError("nccl_min_bytes", args.nccl_min_bytes, "an integer >= 0")
-    algos, params = split_list(args.algos, "algos"), parse_assignments(args.set, "set")
-    intra = args.intra if args.gpus_per_node > 1 else ""
-    nets, fit = whatif.your_networks(args.net, args.nccl_tests, args.nccl_min_bytes)
-    check_sweep(algos, nprocs, nets, params, args.gpus_per_node, intra)
-    profile, source = whatif.choose_profile(args.model, args.batch_size, args.device, args.seq_len,
-                                            compute_s, args.profile)
-    if fit is not None:
-        print(fit.describe())
-    print(f"profile: {source}")
-    df = sweep(profile, algos, nprocs, nets, params, args.gpus_per_node, intra, source, args.trace)
+    answer = whatif.what_if(args.model, args.batch_size, split_list(args.algos, "algos"), nprocs, args.net,
+                            iter_time=args.iter_time, throughput=args.throughput, device=args.device,
+                            seq_len=args.seq_len, profile_csv=args.profile, nccl_log=args.nccl_tests,
+                            nccl_min_bytes=args.nccl_min_bytes, gpus_per_node=args.gpus_per_node,
+                            intra=args.intra if args.gpus_per_node > 1 else "",
+                            params=parse_assignments(args.set, "set"), trace_dir=args.trace)
+    if answer.fit is not None:
+        print(answer.fit.describe())
+    print(f"profile: {answer.source}")
+    df = answer.table
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.csv, index=False)
     shown = df[["algo", "nproc", "net", "step_s", "exposed_comm_s", "throughput"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.plot is not None:
-        whatif.plot(df, args.plot, profile.compute_s)
+        answer.plot(args.plot)
     print(f"wrote {args.csv}" + (f" and {args.plot}" if args.plot else "")
           + (f" and traces in {args.trace}" if args.trace else ""))
-    for line in whatif.recommend(df):
+    for line in answer.recommend():
         print(line)
     return 0
 

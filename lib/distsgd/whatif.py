@@ -25,6 +25,9 @@ forward/backward split are the profile's. The profile is, in this order:
 output (`comm.nccl_tests.fit_nccl_tests`, the simulator's own all-reduce formula) and adds that
 network under the label ``nccl-tests:<file name>``.
 
+`what_if` does all of it: every argument checked first (one ConfigError, before anything runs),
+then the profile, then `timeline.sweep`; the command line and notebook 10's "your cluster" call it.
+
 **Answers** (`recommend`, `plot`). One line per network: the schedule with the highest
 throughput at the largest worker count, and its gain over ``no_overlap`` (over the slowest
 schedule when ``no_overlap`` was not simulated). The plot: throughput against workers (log
@@ -34,7 +37,9 @@ its single-device speed, no communication).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -43,10 +48,10 @@ from .comm.netmodel import NetModel
 from .errors import ConfigError
 from .layer_profile import Profile, format_shape
 from .paths import repo_root
-from .timeline.sweep import PROFILE_DIR, find_profile, resolve_nets, split_nets
+from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep
 
-__all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "choose_profile", "input_shape", "iteration_seconds",
-           "plot", "recommend", "your_networks"]
+__all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input_shape", "iteration_seconds",
+           "plot", "recommend", "what_if", "your_networks"]
 
 IMAGE = (3, 224, 224)
 DEFAULT_SEQ_LEN = 64
@@ -157,6 +162,44 @@ def your_networks(specs: list[str] | None, nccl_log: str | Path | None = None,
     if label in nets:
         raise ConfigError("net", label, "networks with distinct labels", "also the label of the nccl-tests fit")
     return {**nets, label: fit.net}, fit
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The answer of `what_if`: the sweep's table, the profile it ran on and where that came
+    from, and the nccl-tests fit (None without a log)."""
+
+    table: pd.DataFrame
+    profile: Profile
+    source: str
+    fit: NcclFit | None
+
+    def recommend(self) -> list[str]:
+        """`recommend` of the table."""
+        return recommend(self.table)
+
+    def plot(self, path: str | Path) -> Path:
+        """`plot` of the table, the ideal line at the profile's single-device compute."""
+        return plot(self.table, path, self.profile.compute_s)
+
+
+def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[int],
+            nets: list[str] | None = None, *, iter_time: float | None = None, throughput: float | None = None,
+            device: str = "cpu", seq_len: int | None = None, profile_csv: str | Path | None = None,
+            nccl_log: str | Path | None = None, nccl_min_bytes: int = 0, gpus_per_node: int = 1,
+            intra: str = "", params: dict[str, Any] | None = None, trace_dir: Path | None = None) -> WhatIf:
+    """Your compute (`iteration_seconds`, `choose_profile`), your network(s) (`your_networks`) and
+    topology (`gpus_per_node` ranks per node over `intra`), `algos` x `nprocs` x networks simulated
+    (`timeline.sweep`, Chrome traces in `trace_dir`). Every argument is checked before the profile
+    is built or anything is simulated."""
+    compute_s = iteration_seconds(batch_size, iter_time, throughput)
+    if isinstance(nccl_min_bytes, bool) or not isinstance(nccl_min_bytes, int) or nccl_min_bytes < 0:
+        raise ConfigError("nccl_min_bytes", nccl_min_bytes, "an integer >= 0")
+    networks, fit = your_networks(nets, nccl_log, nccl_min_bytes)
+    check_sweep(algos, nprocs, networks, params, gpus_per_node, intra)
+    profile, source = choose_profile(model, batch_size, device, seq_len, compute_s, profile_csv)
+    table = sweep(profile, algos, nprocs, networks, params, gpus_per_node, intra, source, trace_dir)
+    return WhatIf(table, profile, source, fit)
 
 
 def recommend(df: pd.DataFrame) -> list[str]:
