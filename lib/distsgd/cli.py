@@ -292,7 +292,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                             iter_time=args.iter_time, throughput=args.throughput, device=args.device,
                             seq_len=args.seq_len, profile_csv=args.profile, nccl_log=args.nccl_tests,
                             nccl_min_bytes=args.nccl_min_bytes, gpus_per_node=args.gpus_per_node,
-                            intra=args.intra if args.gpus_per_node > 1 else "",
+                            intra=args.intra,
                             params=parse_assignments(args.set, "set"), trace_dir=args.trace)
     if answer.fit is not None:
         print(answer.fit.describe())

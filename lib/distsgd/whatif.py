@@ -107,6 +107,14 @@ def committed_profile(model: str, device: str, batch_size: int, shape: tuple[int
     return None
 
 
+def _shown(path: Path) -> str:
+    """A committed profile's path relative to the repository (the same on every machine)."""
+    try:
+        return str(path.resolve().relative_to(repo_root(Path(__file__).parent).resolve()))
+    except ValueError:
+        return str(path)
+
+
 def choose_profile(model: str = "", batch_size: int | None = None, device: str = "cpu",
                    seq_len: int | None = None, compute_s: float | None = None,
                    profile_csv: str | Path | None = None, root: Path | None = None) -> tuple[Profile, str]:
@@ -124,7 +132,7 @@ def choose_profile(model: str = "", batch_size: int | None = None, device: str =
         shape = input_shape(model, seq_len)
         path = committed_profile(model, device, batch_size, shape, root)
         if path is not None:
-            profile, source = Profile.from_csv(path), str(path)
+            profile, source = Profile.from_csv(path), _shown(path)
         elif compute_s is None and device not in DEVICES:
             raise ConfigError("device", device, list(DEVICES),
                               f"no committed {model} b{batch_size} {format_shape(shape)} profile on {device}: "
@@ -142,7 +150,7 @@ def choose_profile(model: str = "", batch_size: int | None = None, device: str =
             raise ConfigError("model", model, sorted(set(PAPER_MODELS) | set(have)),
                               f"the papers' models, or one with a profile in {PROFILE_DIR / device}")
         path = find_profile(model, device, batch_size, root)
-        profile, source = Profile.from_csv(path), str(path)
+        profile, source = Profile.from_csv(path), _shown(path)
     if compute_s is not None:
         profile = profile.scaled(compute_s)
         source += f", scaled to {compute_s:.6g} s per iteration"
@@ -189,9 +197,10 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
             nccl_log: str | Path | None = None, nccl_min_bytes: int = 0, gpus_per_node: int = 1,
             intra: str = "", params: dict[str, Any] | None = None, trace_dir: Path | None = None) -> WhatIf:
     """Your compute (`iteration_seconds`, `choose_profile`), your network(s) (`your_networks`) and
-    topology (`gpus_per_node` ranks per node over `intra`), `algos` x `nprocs` x networks simulated
-    (`timeline.sweep`, Chrome traces in `trace_dir`). Every argument is checked before the profile
-    is built or anything is simulated."""
+    topology (`gpus_per_node` ranks per node over `intra`, which one GPU per node ignores), `algos`
+    x `nprocs` x networks simulated (`timeline.sweep`, Chrome traces in `trace_dir`). Every argument
+    is checked before the profile is built or anything is simulated."""
+    intra = intra if gpus_per_node != 1 else ""
     compute_s = iteration_seconds(batch_size, iter_time, throughput)
     if isinstance(nccl_min_bytes, bool) or not isinstance(nccl_min_bytes, int) or nccl_min_bytes < 0:
         raise ConfigError("nccl_min_bytes", nccl_min_bytes, "an integer >= 0")
