@@ -126,3 +126,12 @@ def test_bad_input_is_one_line_naming_the_field_exit_2(tmp_path, capsys, argv, f
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and f"invalid {field}" in err and "allowed" in err, err
     assert not out.exists()
+
+
+def test_the_speed_sweep_runs_every_algorithm_on_the_committed_profiles() -> None:
+    from distsgd.timeline import ALGORITHMS
+    from distsgd.timeline.sweep import time_sweep
+
+    df, seconds = time_sweep(models={"resnet50": 64}, nprocs=[2, 1024], nets=["10GbE"])
+    assert len(df) == len(ALGORITHMS) * 2 and set(df.algo) == set(ALGORITHMS) and seconds > 0
+    assert (df.step_s >= df.compute_s).all()

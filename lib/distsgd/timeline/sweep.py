@@ -150,10 +150,12 @@ SPEED_NPROCS = [2**k for k in range(1, 11)]
 SPEED_NETS = ["10GbE", "25GbE", "IB-EDR"]
 
 
-def time_sweep(device: str = "V100-fp32") -> tuple[pd.DataFrame, float]:
-    """(the table, wall seconds) of the sweep above on `device`'s committed profiles (loading
-    them is not timed)."""
-    profiles = [Profile.from_csv(find_profile(m, device, b)) for m, b in SPEED_MODELS.items()]
+def time_sweep(device: str = "V100-fp32", models: dict[str, int] | None = None,
+               nprocs: list[int] | None = None, nets: list[str] | None = None) -> tuple[pd.DataFrame, float]:
+    """(the table, wall seconds) of every algorithm x `models` ({model: batch}, committed profiles on
+    `device`; loading them is not timed) x `nprocs` x `nets`; by default the sweep above."""
+    profiles = [Profile.from_csv(find_profile(m, device, b)) for m, b in (models or SPEED_MODELS).items()]
     t0 = time.perf_counter()
-    df = pd.concat([sweep(p, list(ALGORITHMS), SPEED_NPROCS, SPEED_NETS) for p in profiles], ignore_index=True)
+    df = pd.concat([sweep(p, list(ALGORITHMS), nprocs or SPEED_NPROCS, nets or SPEED_NETS) for p in profiles],
+                   ignore_index=True)
     return df, time.perf_counter() - t0
