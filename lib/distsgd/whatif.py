@@ -17,7 +17,8 @@ forward/backward split are the profile's. The profile is, in this order:
    exact gradient tensors in backward order, nothing timed) on ``--device`` if it is a projection
    device, else on the family's calibration device (V100; with ``--iter-time`` only its
    proportions matter). Without ``--iter-time`` / ``--throughput`` on a device that is not a
-   projection device this is an error: there is no time to scale to;
+   projection device there is no time to scale a FLOP count to: the model's committed profile of
+   that batch on another input (cpu/resnet50_b8.csv: CIFAR's 32x32) if there is one, else an error;
 3. any other model: its committed profile on ``--device`` (`timeline.sweep.find_profile`).
 
 **Your network** (`your_networks`). ``--net`` presets and ``NAME:bandwidth=9.9Gbps,latency=50us``
@@ -134,9 +135,13 @@ def choose_profile(model: str = "", batch_size: int | None = None, device: str =
         if path is not None:
             profile, source = Profile.from_csv(path), _shown(path)
         elif compute_s is None and device not in DEVICES:
-            raise ConfigError("device", device, list(DEVICES),
-                              f"no committed {model} b{batch_size} {format_shape(shape)} profile on {device}: "
-                              "give --iter-time or --throughput, or a projection device")
+            try:                                        # the model's committed profile of another input
+                path = find_profile(model, device, batch_size, root)
+            except ConfigError:
+                raise ConfigError("device", device, list(DEVICES),
+                                  f"no committed {model} b{batch_size} {format_shape(shape)} profile on {device}: "
+                                  "give --iter-time or --throughput, or a projection device") from None
+            profile, source = Profile.from_csv(path), _shown(path)
         else:
             target = device if device in DEVICES else CALIBRATIONS[family(model)].device
             profile = project(model, shape, batch_size, target)
