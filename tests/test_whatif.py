@@ -67,6 +67,7 @@ def test_recommendation_names_the_best_schedule_and_its_gain_at_the_largest_p() 
                        "throughput": [100.0, 90.0, 200.0, 276.0, 50.0, 80.0]})
     assert whatif.recommend(df) == ["best: wfbp, 1.38x over no_overlap at 32 workers on a",
                                     "best: dear, 1.60x over ps at 8 workers on b"]
+    assert whatif.recommend(df[df.algo == "ps"]) == ["best: ps, the only schedule simulated, 50 samples/s at 8 workers on b"]
 
 
 def test_sweep_labels_named_networks_and_takes_fitted_ones() -> None:

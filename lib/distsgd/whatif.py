@@ -219,13 +219,15 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
 def recommend(df: pd.DataFrame) -> list[str]:
     """One line per network of a `timeline.sweep` table: at its largest worker count, the schedule
     with the highest throughput and its gain over no_overlap (or over the slowest schedule), e.g.
-    "best: mgwfbp, 1.38x over no_overlap at 32 workers on mine"."""
+    "best: mgwfbp, 1.38x over no_overlap at 32 workers on mine"; with one schedule, its throughput."""
     lines = []
     for net, rows in df.groupby("net", sort=False):
         top = rows[rows.nproc == rows.nproc.max()].set_index("algo")["throughput"]
         best = top.idxmax()
         base = BASELINE if BASELINE in top.index else top.idxmin()
-        lines.append(f"best: {best}, {top[best] / top[base]:.2f}x over {base} at {rows.nproc.max()} workers on {net}")
+        gain = f"{top[best] / top[base]:.2f}x over {base}" if len(top) > 1 else \
+            f"the only schedule simulated, {top[best]:.4g} samples/s"
+        lines.append(f"best: {best}, {gain} at {rows.nproc.max()} workers on {net}")
     return lines
 
 
