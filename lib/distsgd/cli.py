@@ -247,7 +247,7 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
                         "reproduce/layer_profiles/<device>/<model>_b*.csv")
     c.add_argument("--device", default="cpu", help="profile device folder: cpu, cuda, V100-fp32, ...")
     c.add_argument("--batch-size", type=int, default=None, help="samples per worker and iteration")
-    c.add_argument("--seq-len", type=int, default=None, help="tokens per sample of bert_base/bert_large (default 64)")
+    c.add_argument("--seq-len", type=int, default=None, help="tokens per sample of bert_base/bert_large (None: 64)")
     c.add_argument("--iter-time", type=float, default=None, metavar="S",
                    help="your measured single-device seconds per iteration at --batch-size: the profile's "
                         "per-layer times are scaled to sum to S")
