@@ -157,7 +157,7 @@ def test_simulate_writes_a_row_per_configuration_and_traces(tmp_path, capsys) ->
     (["--nprocs", "2,x"], "nprocs"),
     (["--net", "fast"], "net"),
     (["--set", "nothing=1"], "set"),
-    (["--gpus-per-node", "4"], "intra"),
+    (["--gpus-per-node", "4", "--intra", "fast"], "intra"),
 ])
 def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field) -> None:
     out = tmp_path / "sim.csv"

@@ -24,6 +24,9 @@ EXAMPLES = """examples:
   python -m distsgd profile --model resnet18 --batch-size 16 --threads 1 --out resnet18.csv
   python -m distsgd profile --model resnet50 --batch-size 64 --input-shape 3x224x224 --project V100-fp32
   python -m distsgd simulate --model resnet50 --device V100-fp32 --algos ssgd,dear --nprocs 16,64 --net 10GbE,IB-EDR --csv sim.csv
+  python -m distsgd simulate --model resnet50 --batch-size 64 --iter-time 0.2529 --algos no_overlap,wfbp,mgwfbp,ps \\
+      --nprocs 4,8,16,32 --gpus-per-node 4 --net "mine:bandwidth=9.9Gbps,latency=50us" --csv out.csv --plot out.png
+  python -m distsgd simulate --model bert_large --batch-size 8 --throughput 49 --nccl-tests all_reduce_perf.txt
 """
 
 
@@ -58,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     b.add_argument("--validate-emulation", action="store_true",
                    help="time collectives over p shaped namespaces and under Comm's emulation")
+    b.add_argument("--sweep", action="store_true",
+                   help="time the simulator: every algorithm x 3 models x p = 2..1024 x 3 networks "
+                        "(distsgd.timeline.sweep.time_sweep)")
     b.add_argument("--nproc", type=int, default=4, help="hosts / ranks p")
     b.add_argument("--bandwidth", default="200Mbit", help="per-host bandwidth of both sides")
     b.add_argument("--sizes", default="1,8", help="message sizes in MiB, comma separated")
@@ -229,45 +235,61 @@ def _bench_networks(nets: str, backend: str) -> dict[str, tuple[float, float] | 
 
 
 def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
-    """`simulate`: the timeline simulator over algorithms x worker counts x networks."""
-    m = sub.add_parser("simulate", help="predict step times from a layer profile (distsgd.timeline)",
+    """`simulate`: the timeline simulator over algorithms x worker counts x networks, on a
+    committed profile or on your own compute and network (`distsgd.whatif`)."""
+    m = sub.add_parser("simulate", help="predict step times from a layer profile (distsgd.timeline); "
+                                        "what-if for your own cluster (distsgd.whatif)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    m.add_argument("--model", default="", help="finds reproduce/layer_profiles/<device>/<model>_b*.csv")
-    m.add_argument("--device", default="cpu", help="profile device folder: cpu, cuda, V100-fp32, ...")
-    m.add_argument("--batch-size", type=int, default=None, help="which profile, when several exist")
-    m.add_argument("--profile", type=Path, default=None, help="a profile CSV (instead of --model)")
-    m.add_argument("--algos", default="ssgd", help="comma-separated algorithm names (python -m distsgd list)")
-    m.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
-    m.add_argument("--net", action="append", default=None,
+    c = m.add_argument_group("your compute")
+    c.add_argument("--model", default="",
+                   help="resnet50, densenet201, vgg16, bert_base, bert_large (a committed profile of that batch "
+                        "and input, else built from FLOPs), or a model with a profile in "
+                        "reproduce/layer_profiles/<device>/<model>_b*.csv")
+    c.add_argument("--device", default="cpu", help="profile device folder: cpu, cuda, V100-fp32, ...")
+    c.add_argument("--batch-size", type=int, default=None, help="samples per worker and iteration")
+    c.add_argument("--seq-len", type=int, default=None, help="tokens per sample of bert_base/bert_large (None: 64)")
+    c.add_argument("--iter-time", type=float, default=None, metavar="S",
+                   help="your measured single-device seconds per iteration at --batch-size: the profile's "
+                        "per-layer times are scaled to sum to S")
+    c.add_argument("--throughput", type=float, default=None, metavar="X",
+                   help="instead of --iter-time: your single-device samples/s (S = batch size / X)")
+    c.add_argument("--profile", type=Path, default=None, help="a profile CSV (instead of --model)")
+    n = m.add_argument_group("your network")
+    n.add_argument("--net", action="append", default=None,
                    help="networks: comma-separated presets (10GbE,IB-EDR) or one spec "
-                        "(bandwidth=10Gbit,latency=20us); repeat or separate with ';' (default 10GbE)")
-    m.add_argument("--gpus-per-node", type=int, default=1, help="ranks per node (two-level topology)")
-    m.add_argument("--intra", default="", help="intra-node link (a --net spec) when --gpus-per-node > 1")
-    m.add_argument("--hierarchical", action="store_true",
+                        "(mine:bandwidth=9.9Gbps,latency=50us); repeat or separate with ';' "
+                        "(default 10GbE unless --nccl-tests)")
+    n.add_argument("--nccl-tests", type=Path, default=None, metavar="LOG",
+                   help="fit bandwidth and latency to all_reduce_perf's output and add that network")
+    n.add_argument("--nccl-min-bytes", type=int, default=0, help="fit only the log's sizes from this many bytes")
+    n.add_argument("--gpus-per-node", type=int, default=1, help="ranks per node (two-level topology)")
+    n.add_argument("--intra", default="PCIe3", help="intra-node link (a --net spec) when --gpus-per-node > 1")
+    n.add_argument("--hierarchical", action="store_true",
                    help="all-reduces spanning nodes: intra reduce, ring among node leaders, intra broadcast")
-    m.add_argument("--servers", type=int, default=0,
+    n.add_argument("--servers", type=int, default=0,
                    help="PS servers: 0 colocated with the workers (BytePS), N separate machines")
-    m.add_argument("--no-fusion-cycle", action="store_true", help="no Horovod fusion cycle for wfbp")
-    m.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
-    m.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
-    m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    e = m.add_argument_group("effects at scale (timeline.effects; each on by default)")
+    e.add_argument("--no-fusion-cycle", action="store_true", help="no Horovod fusion cycle for wfbp")
+    e.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
+    e.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
+    w = m.add_argument_group("what to simulate and write")
+    w.add_argument("--algos", default="ssgd", help="comma-separated algorithm names (python -m distsgd list)")
+    w.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
+    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, given to the chosen algorithms that have it")
-    m.add_argument("--csv", default="simulate.csv", help="where to write the table")
-    m.add_argument("--trace", type=Path, default=None, help="folder for one Chrome trace per configuration")
+    w.add_argument("--csv", default="simulate.csv", help="where to write the table")
+    w.add_argument("--plot", type=Path, default=None, metavar="F.png",
+                   help="throughput vs workers per schedule (.png, .pdf, .svg)")
+    w.add_argument("--trace", type=Path, default=None, help="folder for one Chrome trace per configuration")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """`python -m distsgd simulate`: check everything, simulate, write the CSV, print a table."""
-    from .layer_profile import Profile
-    from .timeline.effects import whatif
-    from .timeline.sweep import find_profile, split_list, split_nets, sweep
+    """`python -m distsgd simulate`: check everything, simulate, write the CSV (and the plot),
+    print a table and the recommendation."""
+    from . import whatif
+    from .timeline.effects import whatif as scale_effects
+    from .timeline.sweep import split_list
 
-    if args.profile is None and not args.model:
-        raise ConfigError("model", "", "a model with a committed profile, or --profile CSV")
-    path = args.profile or find_profile(args.model, args.device, args.batch_size)
-    if not Path(path).is_file():
-        raise ConfigError("profile", str(path), "an existing profile CSV")
-    profile = Profile.from_csv(path)
     nprocs = []
     for p in split_list(args.nprocs, "nprocs"):
         if not p.isdigit() or int(p) < 1:
@@ -275,15 +297,43 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         nprocs.append(int(p))
     if args.servers < 0:
         raise ConfigError("servers", args.servers, "0 (colocated) or N >= 1 separate servers")
-    effects, overheads = whatif(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
-    df = sweep(profile, split_list(args.algos, "algos"), nprocs, split_nets(args.net or ["10GbE"]),
-               parse_assignments(args.set, "set"), args.gpus_per_node, args.intra,
-               str(path), args.trace, args.hierarchical, args.servers, effects, overheads)
+    effects, overheads = scale_effects(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
+    if args.plot is not None:
+        whatif.check_plot_path(args.plot)
+    answer = whatif.what_if(args.model, args.batch_size, split_list(args.algos, "algos"), nprocs, args.net,
+                            iter_time=args.iter_time, throughput=args.throughput, device=args.device,
+                            seq_len=args.seq_len, profile_csv=args.profile, nccl_log=args.nccl_tests,
+                            nccl_min_bytes=args.nccl_min_bytes, gpus_per_node=args.gpus_per_node,
+                            intra=args.intra,
+                            params=parse_assignments(args.set, "set"), trace_dir=args.trace,
+                            hierarchical=args.hierarchical, servers=args.servers, effects=effects,
+                            overheads=overheads)
+    if answer.fit is not None:
+        print(answer.fit.describe())
+    print(f"profile: {answer.source}")
+    df = answer.table
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.csv, index=False)
     shown = df[["algo", "nproc", "net", "step_s", "exposed_comm_s", "throughput"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"wrote {args.csv}" + (f" and traces in {args.trace}" if args.trace else ""))
+    if args.plot is not None:
+        answer.plot(args.plot)
+    print(f"wrote {args.csv}" + (f" and {args.plot}" if args.plot else "")
+          + (f" and traces in {args.trace}" if args.trace else ""))
+    for line in answer.recommend():
+        print(line)
+    return 0
+
+
+def cmd_bench_sweep() -> int:
+    """`python -m distsgd bench --sweep`: how long the simulator takes for the sweep of
+    `timeline.sweep.time_sweep` on this machine (a figure for the README, not a test)."""
+    from .timeline.sweep import SPEED_MODELS, SPEED_NETS, SPEED_NPROCS, time_sweep
+
+    df, seconds = time_sweep()
+    print(f"{len(df)} configurations ({df.algo.nunique()} algorithms x {', '.join(SPEED_MODELS)} x "
+          f"p = {SPEED_NPROCS[0]}..{SPEED_NPROCS[-1]} x {', '.join(SPEED_NETS)}) simulated in {seconds:.1f} s "
+          f"({1e3 * seconds / len(df):.1f} ms each)")
     return 0
 
 
@@ -358,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "list":
             return cmd_list()
+        if args.command == "bench" and args.sweep:
+            return cmd_bench_sweep()
         if args.command == "bench" and not args.validate_emulation:
             return cmd_bench_schedules(args)
         if args.command == "bench":
