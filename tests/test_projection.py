@@ -69,3 +69,21 @@ def test_tensor_stats():
 def test_interval_is_ordered_for_negative_values():
     low, high = pj.interval(-0.5)
     assert low <= -0.5 <= high
+
+
+def test_grid_twins_are_the_grid_points_grouping_like_the_threshold():
+    """Four 3.8 MB layers (4e6 bytes): 25 MB is one group; of the grid 1..100 MB (10 trials) the
+    points from 21.5 MB up make one group too, those below make 2 or more."""
+    prof = tiny_profile()
+    assert [round(x, 1) for x in pj.grid_twins(prof, 25.0, 1.0, 100.0, 10)] == [21.5, 35.9, 59.9, 100.0]
+    assert pj.grid_twins(prof, 25.0, 1.0, 10.0, 5) == []
+    assert pj.grid_twins(prof, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
+
+
+def test_simulate_case_is_the_sweeps_row():
+    prof = tiny_profile()
+    case = {"algo": "dear", "params": {"tune": True, "tune_trials": 3}, "label": "DeAR tuned"}
+    pred = pj.simulate_case(prof, case, 8, "10GbE", 4, "PCIe3")
+    row = pj.project(prof, [case], [8], ["10GbE"], 4, "PCIe3").iloc[0]
+    assert pred.step_s == row.step_s and len(pred.tuning) == 3
+    assert pred.net.startswith("DeAR tuned, projection: toy b8")

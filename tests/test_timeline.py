@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from distsgd.algorithms.buckets import group_counts, plan_groups
+from distsgd.algorithms.dear import fusion_counts
+from distsgd.algorithms.tuner import GridTuner
 from distsgd.comm.netmodel import NetModel, parse_net
 from distsgd.errors import ConfigError
 from distsgd.layer_profile import Layer, Profile
@@ -120,6 +122,30 @@ def test_dear_all_gathers_overlap_the_next_forward() -> None:
     assert any(g.start < f.end and f.start < g.end for g in gathers for f in forwards)
 
 
+def test_dear_tune_runs_the_grid_tuner_on_simulated_step_times() -> None:
+    """Without compute, DeAR's step is its groups' reduce-scatters and all-gathers in a row:
+    sum over groups of RS(n_g) + AG(n_g), each group paying its latency, so fewer groups are
+    faster. Ten layers of 9 MB (90 MB): of the paper's grid (1..100 MB, 10 log-spaced trials)
+    only 100 MB makes one group, so the tuner must end there; every trial is the closed form."""
+    layer = 9 * MB // 4                                         # float32 elements, divisible by p
+    comm_only = profile([[layer]] * 10, forward=0.0, backward=0.0, update=0.0)
+
+    def closed_form(threshold_mb: float) -> float:
+        counts = fusion_counts([9 * MB] * 10, threshold_mb * MB, 1)
+        return sum(NET.cost("reduce_scatter", k * 9 * MB, 4) + NET.cost("all_gather", k * 9 * MB, 4)
+                   for k in counts)
+
+    pred = simulate(comm_only, "dear", 4, NET, {"tune": True})
+    assert [x for x, _ in pred.tuning] == GridTuner(1.0, 100.0, 10).candidates
+    for threshold, step in pred.tuning:
+        assert step == pytest.approx(closed_form(threshold), rel=1e-12)
+    assert pred.params["threshold_mb"] == pytest.approx(100.0)
+    assert pred.step_s == pytest.approx(closed_form(100.0), rel=1e-12)
+    assert pred.step_s < min(step for x, step in pred.tuning if x < 100.0)
+    fixed = simulate(comm_only, "dear", 4, NET, {"threshold_mb": pred.params["threshold_mb"]})
+    assert pred.step_s == fixed.step_s                       # the steady state at the tuner's choice
+
+
 def test_ps_balanced_layout_costs_one_all_reduce() -> None:
     equal = profile([[1000]] * 4)
     ps = simulate(equal, "ps", 4, NET, {"bucket_mb": 1e4})
@@ -227,7 +253,7 @@ def test_string_networks_are_the_presets() -> None:
     ({"params": {"bucket_mb": -1}}, "params.bucket_mb"),
     ({"algo": "kavg", "params": {"local_groups": 3}}, "params.local_groups"),
     ({"algo": "ps", "params": {"servers": 9}}, "params.servers"),
-    ({"algo": "dear", "params": {"tune": True}}, "params.tune"),
+    ({"algo": "dear", "params": {"tune": True, "tune_min_mb": 50.0, "tune_max_mb": 10.0}}, "params.tune_min_mb"),
     ({"algo": "cocod_sgd", "params": {"speeds": [1.0] * 8}}, "params.speeds"),
 ])
 def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:

@@ -25,7 +25,9 @@ import pandas as pd
 from .claims import Claims
 from .comm.netmodel import parse_net
 from .layer_profile import Profile
-from .timeline.simulate import simulate
+from .algorithms.dear import fusion_counts
+from .algorithms.tuner import GridTuner
+from .timeline.simulate import Prediction, simulate
 from .timeline.sweep import find_profile, sweep
 from .timeline.topology import Topology
 
@@ -79,15 +81,22 @@ def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
     return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
 
 
+def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, gpus_per_node: int = 1,
+                  intra: str = "") -> Prediction:
+    """The simulator's `Prediction` of one labelled case (dict: algo, optional params and label) at
+    `nproc` workers on `net` (inter-node link; `intra` inside nodes of `gpus_per_node`), labelled
+    with `describe`; e.g. for what a table row lacks (a tuned DeAR's trials, `Prediction.tuning`)."""
+    topo = Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+    return simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topo,
+                    label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
+
+
 def write_trace(path: str | Path, profile: Profile, case: dict[str, Any], nproc: int, net: str,
                 gpus_per_node: int = 1, intra: str = "", iterations: int = 1) -> Path:
-    """The Chrome trace (Perfetto, chrome://tracing) of one labelled case (dict: algo, optional
-    params and label) at `nproc` workers on `net` (inter-node link; `intra` inside nodes of
-    `gpus_per_node`), cut to `iterations` steady-state iterations (the first of the simulator's
-    measured window, plus the collectives those iterations issued), so that it stays small."""
-    topo = Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
-    pred = simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topo,
-                    label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
+    """The Chrome trace (Perfetto, chrome://tracing) of one labelled case (`simulate_case`), cut to
+    `iterations` steady-state iterations (the first of the simulator's measured window, plus the
+    collectives those iterations issued), so that it stays small."""
+    pred = simulate_case(profile, case, nproc, net, gpus_per_node, intra)
     first = pred.window[0]
     pred.events = [e for e in pred.events if first <= e.step < first + iterations]
     return pred.to_chrome_trace(path)
@@ -109,3 +118,13 @@ def tensor_stats(profile: Profile) -> dict[str, float]:
     mb = 2**20
     return {"tensors": len(sizes), "grad_mb": sum(sizes) / mb, "mean_tensor_mb": sum(sizes) / len(sizes) / mb,
             "largest_tensor_mb": max(sizes) / mb, "intensity_ms_per_mb": 1e3 * profile.compute_s / (sum(sizes) / mb)}
+
+
+def grid_twins(profile: Profile, threshold_mb: float, low: float, high: float, trials: int) -> list[float]:
+    """The thresholds of DeAR's tuner grid (`GridTuner(low, high, trials)`) whose fusion groups on
+    `profile` are those of `threshold_mb` (`dear.fusion_counts`, group by size). Known before any
+    step time: if there is one, "tuned at least as fast as threshold_mb" holds by construction
+    (the tuner keeps the fastest grid point), an identity, not a claim that can fail."""
+    forward = [layer.grad_bytes for layer in reversed(profile.layers)]
+    fixed = fusion_counts(forward, threshold_mb * 2**20, 1)
+    return [x for x in GridTuner(low, high, trials).candidates if fusion_counts(forward, x * 2**20, 1) == fixed]

@@ -119,6 +119,12 @@ class DeAR(LayerwiseDeferred):
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
         super().check_config(params, config)
+        cls.check_tune_bounds(params)
+
+    @staticmethod
+    def check_tune_bounds(params: dict[str, Any]) -> None:
+        """The tuner's bounds: tune_min_mb <= tune_max_mb (also checked by the timeline simulator,
+        which runs the tuner without a Config)."""
         if params["tune_min_mb"] > params["tune_max_mb"]:
             raise ConfigError("params.tune_min_mb", params["tune_min_mb"], f"<= tune_max_mb ({params['tune_max_mb']})")
 

@@ -5,7 +5,8 @@ exposed_comm_s, events, to_chrome_trace); `python -m distsgd simulate` sweeps co
 
 Modules: `topology` (which link, what cost), `streams` (one rank's compute stream and FIFO
 links), `schedules` (S-SGD schedules, DDP, PS, ByteScheduler, DeAR), `local` (local SGD,
-CoCoD-SGD, SSD-SGD, KAVG), `simulate` (steady state, Prediction, Chrome trace), `sweep` (the CLI's
+CoCoD-SGD, SSD-SGD, KAVG), `simulate` (steady state, Prediction, Chrome trace, DeAR's tuner on
+simulated step times), `sweep` (the CLI's
 table of configurations), `overheads` (the per-call issue and copy costs on the compute stream:
 `simulate(..., overheads=Overheads(...))`, default none; `overheads.measure()` on this machine),
 `effects` (Horovod's fusion cycle, compute contention, the per-message cost: `simulate(...,

@@ -36,7 +36,8 @@ collectives the algorithm issues, in the same order, with the same sizes:
 - dear: reduce-scatter of each fusion group (padded to a multiple of p) when its gradients are
   ready; after backward all are waited for and the all-gather of group 0 is issued; the first
   layer of group g waits for gather g and issues gather g+1; every layer's update (`update_s`)
-  runs in its forward pre-hook.
+  runs in its forward pre-hook. With tune=true, `simulate.tuned` runs DeAR's tuner over
+  simulated step times and this schedule at each threshold it asks (tune=false here).
 
 Optimizer updates cost the profile's `update_s` (per layer for the layer-wise deferred schedules).
 Copies into and out of fusion buffers and the per-collective issue cost are not in the profile;
@@ -380,12 +381,8 @@ class DeAR(LayerwiseDeferred):
     algo = "dear"
     threshold_mb: float
     nearby_layers: int
-    tune: bool
 
     def build(self) -> None:
-        if self.tune:
-            raise ConfigError("params.tune", self.tune, "false",
-                              "the simulator takes threshold_mb as given; simulate each threshold")
         nlayers = len(self.layers)
         forward = list(reversed(range(nlayers)))
         counts = fusion_counts([self.layers[i].grad_bytes for i in forward], self.threshold_mb * MB,

@@ -10,6 +10,14 @@ state. With T_i the compute clock when iteration i starts:
     compute_s      = compute seconds in that window / m  (forward + backward + updates)
     exposed_comm_s = step_s - compute_s                  (communication the compute waited for)
     comm_s         = link-busy seconds of the window's collectives / m
+
+DeAR with `tune=true` (`tuned`): the kit's own tuner (`algorithms.tuner.tune_threshold`, the
+`GridTuner` DeAR runs) asks thresholds in [tune_min_mb, tune_max_mb], `tune_trials` of them; each
+is answered with the simulated steady-state step time of DeAR at that threshold (the deterministic
+stand-in for the mean over a measured window). The prediction is the steady state at the tuner's
+choice: the tuning steps themselves (warm-up window + one window per trial, a fixed cost at the
+start of training) are not in step_s. `Prediction.tuning` holds the trials (threshold_mb,
+step_s) in the order tried, and `params["threshold_mb"]` the chosen threshold.
 """
 from __future__ import annotations
 
@@ -18,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..algorithms.dear import DeAR
 from ..algorithms.registry import REGISTRY
+from ..algorithms.tuner import tune_threshold
 from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
 from ..errors import ConfigError
 from ..layer_profile import Profile
@@ -46,6 +56,7 @@ class Prediction:
     comm_s: float
     window: tuple[int, int]                      # measured iterations [first, last)
     events: list[Interval] = field(repr=False, default_factory=list)
+    tuning: list[tuple[float, float]] = field(default_factory=list)   # tuner's (threshold_mb, step_s); [] untuned
 
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the timeline in the Chrome trace format (JSON `traceEvents`, complete events
@@ -89,13 +100,16 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     charges per-collective issue costs and copy passes on the compute stream, by one rule for
     every schedule; they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
     None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
-    (the slowed compute counts in `compute_s`)."""
+    (the slowed compute counts in `compute_s`). DeAR with tune=true: see `tuned`."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ConfigError("nproc", nproc, "an integer >= 1")
     topo = resolve_network(net, topology)
     resolved = REGISTRY[algo].resolve_params(dict(params or {}))
+    label = label or str(net if topology is None else topology)
+    if algo == DeAR.name and resolved["tune"]:
+        return tuned(profile, nproc, topo, resolved, label, overheads, effects)
     rank = Rank(topo, nproc, overheads or NONE, effects or OFF)
     schedule = ALGORITHMS[algo](profile, rank, resolved)
     cycle = schedule.cycle
@@ -110,7 +124,26 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     compute_s = (rank.busy - busy0) / measured
     comm_s = sum(e.end - e.start for e in rank.events
                  if e.stream != COMPUTE and warmup <= e.step < warmup + measured) / measured
-    return Prediction(algo=algo, nproc=nproc, net=label or str(net if topology is None else topology),
-                      params=resolved, step_s=step_s, compute_s=compute_s,
+    return Prediction(algo=algo, nproc=nproc, net=label, params=resolved, step_s=step_s, compute_s=compute_s,
                       exposed_comm_s=max(0.0, step_s - compute_s), comm_s=comm_s,
                       window=(warmup, warmup + measured), events=rank.events)
+
+
+def tuned(profile: Profile, nproc: int, topology: Topology, params: dict[str, Any], label: str,
+          overheads: Overheads | None, effects: Effects | None = None) -> Prediction:
+    """DeAR with tune=true (module docstring): `tune_threshold` (DeAR's `GridTuner`) with each
+    trial's seconds the simulated step time of DeAR at that threshold; the prediction of DeAR at
+    the tuner's choice, with `tuning` its trials and params' threshold_mb the choice."""
+    DeAR.check_tune_bounds(params)
+    fixed = {**params, "tune": False}
+
+    def at(threshold_mb: float) -> Prediction:
+        return simulate(profile, DeAR.name, nproc, params={**fixed, "threshold_mb": threshold_mb},
+                        topology=topology, label=label, overheads=overheads, effects=effects)
+
+    best, history = tune_threshold(lambda mb: at(mb).step_s, params["tune_min_mb"], params["tune_max_mb"],
+                                   params["tune_trials"])
+    pred = at(best)
+    pred.params = {**params, "threshold_mb": best}
+    pred.tuning = history
+    return pred
