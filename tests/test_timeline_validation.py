@@ -6,10 +6,13 @@ the compute measured at that p, the benchmark's own network, the per-call overhe
 start of the run, `timeline.overheads`) within `projection.RESOLUTION` (15%)
 of the measured median. The failure message is the table of every pair.
 """
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from distsgd.layer_profile import Layer, Profile
+from distsgd.paths import repo_root
 from distsgd.projection import RESOLUTION
 from distsgd.timeline import validate as v
 
@@ -50,6 +53,7 @@ def test_predict_scales_the_profile_to_the_measured_compute():
 @pytest.mark.validation
 def test_simulator_predicts_every_schedule_within_the_resolution():
     table, bench, headroom = v.validate(models=("mlp",), nprocs=(2, 4))
+    v.save(table, repo_root(Path(__file__).parent) / "figures" / "10_systems_benchmark" / "timeline_validation.csv")
     report = v.report(table, RESOLUTION)
     ov = table.attrs["overheads"]
     print(f"overheads measured at the start: issue {1e6 * ov.issue_s:.1f} us, copy {ov.copy_Bps / 1e9:.2f} GB/s")

@@ -290,11 +290,11 @@ def _machine(device: torch.device, threads: int) -> str:
     if device.type == "cuda":
         where = f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
     else:
-        where = _cpu_name()
+        where = cpu_name()
     return f"{where}; torch {torch.__version__}; {threads} thread{'s' * (threads > 1)}; {platform.system()}"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

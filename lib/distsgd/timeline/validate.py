@@ -37,6 +37,7 @@ validation test asserts on every pair.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -205,6 +206,7 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     `overheads` used and the `real_collectives` measured."""
     caps = Caps.from_env() if caps is None else caps
     networks = dict(networks or NETWORKS)
+    load_start = os.getloadavg()[0]
     if isinstance(overheads, str):
         overheads = measure()
     models = list(models)
@@ -229,9 +231,51 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
                                          overheads=overheads).predicted_s
     table.attrs["overheads"] = overheads or NONE
     table.attrs["real_collectives"] = pd.concat(real.values(), ignore_index=True)
+    table["load_start"], table["load_end"] = load_start, os.getloadavg()[0]
+    table["issue_s"], table["copy_Bps"] = table.attrs["overheads"].issue_s, table.attrs["overheads"].copy_Bps
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
     table["emulable"] = [bool(ok.get((m, p, n), False)) for m, p, n in zip(table.model, table.nproc, table.net_name)]
     return table, bench, headroom
+
+
+def save(table: pd.DataFrame, path: Path) -> Path:
+    """Write a `validate` table (every pair, the load average at its start and end, the overheads
+    used) to the CSV `path` atomically, with this machine's name and the date (`make validate`
+    writes figures/10_systems_benchmark/timeline_validation.csv, which notebook 10 draws)."""
+    import datetime
+
+    from ..profiling import cpu_name
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    table.assign(machine=cpu_name(),
+                 date=datetime.date.today().isoformat()).to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def plot(table: pd.DataFrame, path: Path, title: str = "simulator vs benchmark") -> Path:
+    """Simulated against measured step time of every pair (log-log), the ±`RESOLUTION` band around
+    the diagonal; pairs whose network was not emulable (`emulable` false) drawn hollow."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..projection import RESOLUTION
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    emulable = table["emulable"] if "emulable" in table else pd.Series(True, index=table.index)
+    for ok, g in table.groupby(emulable):
+        ax.scatter(1e3 * g.measured_s, 1e3 * g.predicted_s, label="emulable" if ok else "not emulable here",
+                   facecolors=None if ok else "none", edgecolors="C0" if ok else "C1")
+    lim = np.array([0.5e3 * min(table.measured_s.min(), table.predicted_s.min()),
+                    2e3 * max(table.measured_s.max(), table.predicted_s.max())])
+    ax.plot(lim, lim, "k-", lw=0.8)
+    ax.fill_between(lim, lim / (1 + RESOLUTION), lim * (1 + RESOLUTION), color="grey", alpha=0.2,
+                    label=f"±{RESOLUTION:.0%}")
+    ax.set(xscale="log", yscale="log", xlabel="measured step (ms)", ylabel="simulated step (ms)", title=title)
+    ax.legend()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
