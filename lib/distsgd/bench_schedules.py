@@ -49,11 +49,12 @@ from .models.transformer import BERT_VOCAB
 from .step import train_steps
 
 INPUT_SHAPES = {"mlp": (3, 32, 32), "resnet18": (3, 16, 16), "transformer": (3, 32, 32),
-                "bert_base": (128,)}
+                "resnet50": (3, 224, 224), "bert_base": (128,)}
 MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
     "resnet18": {},                             # 62 small tensors, compute-heavy
     "transformer": {"dim": 128, "depth": 4},    # 16 tokens; many mid-size tensors
+    "resnet50": {},                             # ImageNet's 224x224 (GPU runs): 161 tensors, 102 MB in all
     "bert_base": {},                            # 110 M parameters: one 94 MB embedding, 9 MB blocks
 }
 # Models whose inputs are token ids (random ids below the vocabulary, as random images for the
@@ -157,12 +158,18 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
         algo.close()                        # the next case's model must not add to this one's
 
 
-def grad_bytes(model: str) -> int:
-    """Bytes of the gradient of a benchmark model (built on the meta device: no memory, no init)."""
+def grad_tensor_bytes(model: str) -> list[int]:
+    """Bytes of each gradient tensor of a benchmark model, in parameter order (built on the meta
+    device: no memory, no init): its tensor statistics before anything is timed."""
     from .models import build_model
     with torch.device("meta"):
         m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
-    return sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad)
+    return [p.numel() * p.element_size() for p in m.parameters() if p.requires_grad]
+
+
+def grad_bytes(model: str) -> int:
+    """Bytes of the gradient of a benchmark model."""
+    return sum(grad_tensor_bytes(model))
 
 
 def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency_ratio: float) -> str:
@@ -332,17 +339,19 @@ def timing_noise(df: pd.DataFrame) -> float:
     return float((c.std() / c.mean()).max())
 
 
-def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> list[dict]:
+def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, backend: str = "gloo") -> list[dict]:
     from .comm import Comm, parse_net
-    comm = Comm(rank, world, torch.device("cpu"), parse_net(net) if net else None)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    comm = Comm(rank, world, device, parse_net(net) if net else None)
     rows = []
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         for nbytes in sizes:
             n = nbytes // 4 // world * world
-            full, shard = torch.zeros(n), torch.zeros(n // world)
+            full, shard = torch.zeros(n, device=device), torch.zeros(n // world, device=device)
             times = []
             for _ in range(reps):
                 comm.barrier()
+                _synchronize(device)
                 t0 = time.perf_counter()
                 if kind == "all_reduce":
                     comm.all_reduce(full)
@@ -350,8 +359,10 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int) -> l
                     comm.reduce_scatter(shard, full)
                 else:
                     comm.all_gather(full, shard)
+                _synchronize(device)
                 times.append(time.perf_counter() - t0)
-            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64), op="max")
+            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64, device=device),
+                                      op="max")
             rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
                              modeled_s=comm.net.cost(kind, 4 * n, world) if comm.net else float("nan")))
     return rows
@@ -367,27 +378,31 @@ def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[in
     return df
 
 
-def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5) -> pd.DataFrame:
-    """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's backend
-    (median over `reps`, slowest rank) per message size: the floor that network emulation can
-    only add to. Columns: kind, nbytes, p, measured_s."""
-    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps)[0]).drop(columns="modeled_s")
+def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5, backend: str = "gloo") -> pd.DataFrame:
+    """Un-emulated time of all_reduce, reduce_scatter and all_gather on `backend` ("gloo": CPU
+    ranks; "nccl": one GPU per rank, the device synchronised around each collective), median over
+    `reps`, slowest rank, per message size: the floor that network emulation can only add to, and
+    what `comm.nccl_tests.fit_collective_times` fits a network to. Columns: kind, nbytes, p,
+    measured_s."""
+    check_bench_inputs([], [], {}, backend, "spawn", [p])
+    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps, backend, join=backend)[0]
+                        ).drop(columns="modeled_s")
 
 
-def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0) -> pd.DataFrame:
+def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, backend: str = "gloo") -> pd.DataFrame:
     """Whether each emulated network of a `bench_schedules` result can be emulated on this machine.
 
     The emulation delays a collective to its modeled time but cannot make it faster than the
     backend's real one, which also takes CPU time from computation. Rule: a (model, nproc,
-    network) is `emulable` when the real all-reduce of the model's whole gradient takes at most
-    1/`margin` of its modeled time on that network. Columns: model, nproc, net_name, real_s,
-    modeled_s, emulable."""
+    network) with emulation (not `REAL`) is `emulable` when the real all-reduce of the model's
+    whole gradient takes at most 1/`margin` of its modeled time on that network, timed on the
+    benchmark's `backend`. Columns: model, nproc, net_name, real_s, modeled_s, emulable."""
     from .comm import parse_net
-    nets = df[df.net_name != "none"].groupby(["model", "nproc", "net_name"]).agg(
+    nets = df[(df.net_name != "none") & (df.net.fillna("") != "")].groupby(["model", "nproc", "net_name"]).agg(
         net=("net", "first"), grad_bytes=("grad_bytes", "first")).reset_index()
     rows = []
     for p, group in nets.groupby("nproc"):
-        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps)
+        real = real_collective_times(int(p), group.grad_bytes.astype(int), reps, backend)
         real = real[real.kind == "all_reduce"].set_index("nbytes").measured_s
         for r in group.itertuples():
             n = int(r.grad_bytes) // 4 // int(p) * int(p) * 4          # as timed by _fidelity
