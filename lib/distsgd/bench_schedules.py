@@ -280,7 +280,8 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     `backend` "nccl": one GPU per rank (cuda:LOCAL_RANK). `launcher` "spawn": one group of p local
     ranks per p in `nprocs`; "env": this process is a rank started by torchrun/srun and the group is
     the job's (`nprocs` is ignored); rank 0 writes the CSV and returns the rows, the other ranks an
-    empty DataFrame. `caps` (default: `Caps.from_env()`, which the full-profile dry run sets) bound
+    empty DataFrame. A group has no deadline (it may run for hours): a dead peer fails a collective
+    within its timeout, and the launcher stops the group when a rank fails. `caps` (default: `Caps.from_env()`, which the full-profile dry run sets) bound
     p and the batch as they bound a run's (`distsgd.caps`), and the sequence length of the text
     encoders' inputs."""
     caps = Caps.from_env() if caps is None else caps
@@ -304,7 +305,7 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
         else:
             _start_csv(path)
             for p in nprocs:
-                on_ranks(_bench_group, p, *args, join=backend)
+                on_ranks(_bench_group, p, *args, join=backend, timeout=None)   # a group runs for hours
         df = with_efficiency(pd.read_csv(path, keep_default_na=False))
         df.to_csv(path, index=False)
         return df

@@ -218,14 +218,15 @@ def join_local_group(backend: str) -> None:
         join_group(backend)
 
 
-def on_ranks(fn: Callable, world: int, *args: Any, timeout: float = 900,
+def on_ranks(fn: Callable, world: int, *args: Any, timeout: float | None = 900,
              join: str | None = "gloo") -> list[Any]:
     """`fn(rank, world, *args)` on `world` fresh local processes, every rank's return value in rank
     order: the benchmarks' and the tests' rank launcher, on a run's mechanism (`start_ranks`,
     `supervise`). The ranks first join one `join` process group ("gloo", or "nccl" with one GPU per
     rank; None: `fn` joins it, e.g. with `Comm.from_env`). `fn` must be importable (a module's
     function, or one of the running script's). A failing rank raises `WorkerError` naming the rank
-    and its traceback (or how it died); ranks still running after `timeout` s raise TimeoutError."""
+    and its traceback (or how it died); ranks still running after `timeout` s raise TimeoutError
+    (None: no deadline, for work of unknown length whose collectives time out on their own)."""
     import torch
 
     ctx = multiprocessing.get_context("forkserver")
