@@ -6,7 +6,7 @@ PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv test test-unit test-notebooks test-params test-cluster reproduce report list clean
+.PHONY: venv test test-unit test-notebooks test-params test-cluster validate reproduce report list clean
 
 # The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
 $(VENV)/.installed: pyproject.toml
@@ -34,6 +34,11 @@ test-params: venv
 # The cluster path (also part of `test`): full-profile dry run, SLURM, torchrun over namespaces.
 test-cluster: venv
 	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
+
+# The simulator against measured step times on this machine (every schedule, p = 2 and 4, within 15%):
+# not part of `test` until it passes here (tests/test_timeline_validation.py says why).
+validate: venv
+	$(PY) -m pytest tests/test_timeline_validation.py -m validation $(PYTEST_ARGS)
 
 # The quick profile also regenerates the README's verdict table from the fresh claims tables.
 reproduce: venv

@@ -10,6 +10,7 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 from distsgd import projection as pj
 from distsgd.bench_schedules import (emulation_headroom, grad_bytes, grad_tensor_bytes, medians,
@@ -86,6 +87,7 @@ def test_an_interrupted_bench_keeps_the_rows_it_measured(tmp_path):
 def test_real_collective_times_and_emulation_headroom():
     real = real_collective_times(2, [2**20, 2**16], reps=2)
     assert sorted(real.kind.unique()) == ["all_gather", "all_reduce", "reduce_scatter"]
+    assert set(real.backend) == {"gloo"}
     assert sorted(real.nbytes.unique()) == [2**16, 2**20] and (real.measured_s > 0).all()
     # a network far slower than any real all-reduce of 1 MiB is emulable, one far faster is not
     nets = {"slow": "1Mbit,10ms", "fast": "1000000Gbit,1ns"}
@@ -100,12 +102,6 @@ def test_real_collective_times_and_emulation_headroom():
     assert emulation_headroom(pd.concat([df, real_row]), reps=1).net_name.tolist() == ["fast", "slow"]
 
 
-@pytest.mark.skipif(__import__("torch").cuda.device_count() > 0, reason="checks the refusal on a host without a GPU")
-def test_real_collective_times_on_nccl_needs_gpus():
-    with pytest.raises(ConfigError, match="GPU"):
-        real_collective_times(2, [2**16], reps=1, backend="nccl")
-
-
 def test_grad_tensor_bytes_give_the_models_tensor_roles():
     # the MLP 3072-512-512-10: weights and biases in parameter order, fp32
     assert grad_tensor_bytes("mlp") == [4 * n for n in (3072 * 512, 512, 512 * 512, 512, 512 * 10, 10)]
@@ -117,6 +113,22 @@ def test_grad_tensor_bytes_give_the_models_tensor_roles():
     assert stats.mean_tensor_mb.idxmin() == "resnet50" and stats.largest_tensor_mb.idxmax() == "bert_base"
     # ResNet-50: 161 tensors, 23.5 M parameters with the benchmark's 10-class head (25.6 M with 1000)
     assert stats.tensors["resnet50"] == 161 and 23.5e6 < stats.grad_mb["resnet50"] * 2**20 / 4 < 23.6e6
+
+
+def test_real_collective_times_refuses_an_unknown_backend():
+    with pytest.raises(ConfigError, match="backend"):
+        real_collective_times(2, [2**16], reps=1, backend="mpi")
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL collectives need two GPUs")
+def test_real_collective_times_on_nccl():
+    """With backend="nccl" the collectives run on the GPUs (timed to a synchronize), and the
+    table fits a network as the gloo one does."""
+    from distsgd.comm.nccl_tests import fit_collective_times
+    real = real_collective_times(2, [2**16, 2**22], reps=2, backend="nccl")
+    assert set(real.backend) == {"nccl"} and (real.measured_s > 0).all()
+    assert fit_collective_times(real).cost("all_reduce", 2**22, 2) > 0
 
 
 @pytest.mark.multiproc

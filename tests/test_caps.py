@@ -37,13 +37,14 @@ def test_caps_validate_first_then_cap() -> None:
 
 def test_caps_from_env_and_back(monkeypatch) -> None:
     assert Caps.from_env({"DISTSGD_MAX_NPROC": "2", "DISTSGD_MAX_BATCH_SIZE": ""}) == Caps(nproc=2)
-    caps = Caps(nproc=2, batch_size=4, eval_samples=8, seq_len=16)
+    caps = Caps(nproc=2, batch_size=4, eval_samples=8, seq_len=16, image_side=32)
     assert caps.env() == {"DISTSGD_MAX_NPROC": "2", "DISTSGD_MAX_BATCH_SIZE": "4",
-                          "DISTSGD_MAX_EVAL_SAMPLES": "8", "DISTSGD_MAX_SEQ_LEN": "16"}
+                          "DISTSGD_MAX_EVAL_SAMPLES": "8", "DISTSGD_MAX_SEQ_LEN": "16",
+                          "DISTSGD_MAX_IMAGE_SIDE": "32"}
     for var, value in caps.env().items():
         monkeypatch.setenv(var, value)
     assert Caps.from_env() == caps                        # os.environ by default
-    assert set(CAP_ENV) == {"nproc", "batch_size", "eval_samples", "seq_len"}
+    assert set(CAP_ENV) == {"nproc", "batch_size", "eval_samples", "seq_len", "image_side"}
     with pytest.raises(ConfigError, match="DISTSGD_MAX_BATCH_SIZE='four'"):
         Caps.from_env({"DISTSGD_MAX_BATCH_SIZE": "four"})
     with pytest.raises(ConfigError, match="caps.nproc=-1"):

@@ -37,6 +37,25 @@ def test_project_rows_and_label():
         "projection: toy b8 on V100-fp32 (flops-scaled), 64 workers, 16 nodes x 4 (PCIe3 inside, 10GbE between)")
 
 
+def test_trace_is_one_steady_iteration(tmp_path):
+    import json
+
+    from distsgd.timeline import Topology, simulate
+    from distsgd.comm.netmodel import parse_net
+
+    prof = tiny_profile()
+    case = {"algo": "dear", "params": {"threshold_mb": 4.0}, "label": "DeAR"}
+    path = pj.write_trace(tmp_path / "t.json", prof, case, 8, "10GbE", 4, "PCIe3")
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    full = simulate(prof, "dear", 8, params=case["params"],
+                    topology=Topology(4, parse_net("PCIe3"), parse_net("10GbE")))
+    assert {e["args"]["step"] for e in events} == {full.window[0]}          # one iteration, the steady one
+    kinds = {e["cat"] for e in events}
+    assert "compute" in kinds and len(kinds) >= 2                            # compute and the link(s)
+    assert sum(e["cat"] == "compute" for e in events) == 2 * len(prof.layers)  # each layer's forward and backward
+    assert 0 < len(events) < len(full.events)
+
+
 def test_tensor_stats():
     prof = tiny_profile()
     prof.layers[0].tensor_bytes[0] = 8_000_000                # one large tensor: mean and max move

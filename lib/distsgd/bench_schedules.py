@@ -54,7 +54,7 @@ MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": [512, 512]},              # few large tensors (6 MiB, 1 MiB)
     "resnet18": {},                             # 62 small tensors, compute-heavy
     "transformer": {"dim": 128, "depth": 4},    # 16 tokens; many mid-size tensors
-    "resnet50": {},                             # ImageNet's 224x224 (GPU runs): 161 tensors, 102 MB in all
+    "resnet50": {},                             # ImageNet's 224x224 (DeAR, the survey): for GPUs; 161 tensors
     "bert_base": {},                            # 110 M parameters: one 94 MB embedding, 9 MB blocks
 }
 # Models whose inputs are token ids (random ids below the vocabulary, as random images for the
@@ -105,9 +105,12 @@ def peak_rss_mb() -> float:
 
 
 def input_shape(model: str, caps: Caps) -> tuple[int, ...]:
-    """The input shape of benchmark model `model`, a token model's sequence length within `caps`."""
+    """The input shape of benchmark model `model`: a token model's sequence length and an image
+    model's side within `caps`."""
     shape = INPUT_SHAPES[model]
-    return (caps.bound("seq_len", shape[0]),) if model in VOCAB else shape
+    if model in VOCAB:
+        return (caps.bound("seq_len", shape[0]),)
+    return (shape[0], *(caps.bound("image_side", side) for side in shape[1:]))
 
 
 @dataclass
@@ -343,6 +346,7 @@ def timing_noise(df: pd.DataFrame) -> float:
 def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, backend: str = "gloo") -> list[dict]:
     from .comm import Comm, parse_net
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     comm = Comm(rank, world, device, parse_net(net) if net else None)
     rows = []
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
@@ -352,7 +356,6 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, back
             times = []
             for _ in range(reps):
                 comm.barrier()
-                _synchronize(device)
                 t0 = time.perf_counter()
                 if kind == "all_reduce":
                     comm.all_reduce(full)
@@ -360,10 +363,9 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, back
                     comm.reduce_scatter(shard, full)
                 else:
                     comm.all_gather(full, shard)
-                _synchronize(device)
+                sync()                                   # NCCL returns before the GPU is done
                 times.append(time.perf_counter() - t0)
-            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64, device=device),
-                                      op="max")
+            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64, device=device), op="max")
             rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
                              modeled_s=comm.net.cost(kind, 4 * n, world) if comm.net else float("nan")))
     return rows
@@ -380,14 +382,15 @@ def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[in
 
 
 def real_collective_times(p: int, sizes: Iterable[int], reps: int = 5, backend: str = "gloo") -> pd.DataFrame:
-    """Un-emulated time of all_reduce, reduce_scatter and all_gather on `backend` ("gloo": CPU
-    ranks; "nccl": one GPU per rank, the device synchronised around each collective), median over
-    `reps`, slowest rank, per message size: the floor that network emulation can only add to, and
-    what `comm.nccl_tests.fit_collective_times` fits a network to. Columns: kind, nbytes, p,
-    measured_s."""
-    check_bench_inputs([], [], {}, backend, "spawn", [p])
-    return pd.DataFrame(on_ranks(_fidelity, p, "", sorted(set(sizes)), reps, backend, join=backend)[0]
-                        ).drop(columns="modeled_s")
+    """Un-emulated time of all_reduce, reduce_scatter and all_gather on this machine's `backend`
+    (median over `reps`, slowest rank) per message size: the floor that network emulation can
+    only add to. `backend` "gloo": p local CPU ranks; "nccl": p local ranks, one GPU each (the
+    benchmark's placement), timed up to `torch.cuda.synchronize`. Columns: kind, nbytes, p,
+    measured_s (and backend)."""
+    if backend not in BACKENDS:
+        raise ConfigError("backend", backend, BACKENDS)
+    rows = on_ranks(_fidelity, p, "", sorted(set(sizes)), reps, backend, join=backend)[0]
+    return pd.DataFrame(rows).drop(columns="modeled_s").assign(backend=backend)
 
 
 def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, backend: str = "gloo") -> pd.DataFrame:
@@ -395,11 +398,11 @@ def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, bac
 
     The emulation delays a collective to its modeled time but cannot make it faster than the
     backend's real one, which also takes CPU time from computation. Rule: a (model, nproc,
-    network) with emulation (not `REAL`) is `emulable` when the real all-reduce of the model's
-    whole gradient takes at most 1/`margin` of its modeled time on that network, timed on the
-    benchmark's `backend`. Columns: model, nproc, net_name, real_s, modeled_s, emulable."""
+    network) is `emulable` when the real all-reduce of the model's whole gradient takes at most
+    1/`margin` of its modeled time on that network, timed on the benchmark's `backend`
+    (`real_collective_times`). Columns: model, nproc, net_name, real_s, modeled_s, emulable."""
     from .comm import parse_net
-    nets = df[(df.net_name != "none") & (df.net.fillna("") != "")].groupby(["model", "nproc", "net_name"]).agg(
+    nets = df[~df.net_name.isin(["none", REAL])].groupby(["model", "nproc", "net_name"]).agg(
         net=("net", "first"), grad_bytes=("grad_bytes", "first")).reset_index()
     rows = []
     for p, group in nets.groupby("nproc"):

@@ -16,6 +16,9 @@ A capped config is first validated as asked, so a mistake in it still fails. 0: 
 - ``seq_len`` (``DISTSGD_MAX_SEQ_LEN``) caps the sequence length of the token-id inputs the
   schedule benchmark feeds its text encoders (`bench_schedules.INPUT_SHAPES`): BERT-Base's
   parameters stay whole, only its per-step compute shrinks.
+- ``image_side`` (``DISTSGD_MAX_IMAGE_SIDE``) caps the height and width of the images the schedule
+  benchmark feeds its CNNs (ResNet-50's 224x224 on a GPU): the parameters stay whole (the CIFAR
+  stem of `distsgd.models` serves sides up to 64), only the per-step compute shrinks.
 """
 from __future__ import annotations
 
@@ -29,18 +32,20 @@ from .errors import ConfigError
 
 # Cap (a Config field) -> the environment variable that carries it into a notebook's kernel.
 CAP_ENV = {"nproc": "DISTSGD_MAX_NPROC", "batch_size": "DISTSGD_MAX_BATCH_SIZE",
-           "eval_samples": "DISTSGD_MAX_EVAL_SAMPLES", "seq_len": "DISTSGD_MAX_SEQ_LEN"}
+           "eval_samples": "DISTSGD_MAX_EVAL_SAMPLES", "seq_len": "DISTSGD_MAX_SEQ_LEN",
+           "image_side": "DISTSGD_MAX_IMAGE_SIDE"}
 
 
 @dataclass(frozen=True)
 class Caps:
-    """The most worker processes, per-rank batch, evaluation samples and benchmark sequence length
-    a run may use (0: no cap)."""
+    """The most worker processes, per-rank batch, evaluation samples, benchmark sequence length and
+    benchmark image side a run may use (0: no cap)."""
 
     nproc: int = 0
     batch_size: int = 0
     eval_samples: int = 0
     seq_len: int = 0
+    image_side: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -65,7 +70,7 @@ class Caps:
         return {var: str(getattr(self, name)) for name, var in CAP_ENV.items()}
 
     def bound(self, name: str, value: int) -> int:
-        """`value` of `name` ('nproc', 'batch_size', 'eval_samples' or 'seq_len') within its cap; for what is
+        """`value` of `name` ('nproc', 'batch_size', 'eval_samples', 'seq_len' or 'image_side') within its cap; for what is
         sized outside a Config (the schedule benchmark's worker counts and batch)."""
         cap = getattr(self, name)
         return min(value, cap) if cap else value

@@ -148,3 +148,16 @@ def fit_nccl_tests(path: str | Path, nranks: int | None = None, min_bytes: int =
     return NcclFit(source=str(path), nranks=p, net=net, rel_rms=rel_rms,
                    table=table[["size_B", "measured_s", "predicted_s", "rel_err", "busbw_GBps"]]
                    .reset_index(drop=True))
+
+
+def fit_collective_times(times: pd.DataFrame) -> NetModel:
+    """The same least-squares fit on measured all-reduce times of the kit's own table
+    (`bench_schedules.real_collective_times`: columns kind, nbytes, p, measured_s; its all_reduce
+    rows of one p, at least two sizes): the network a real backend (NCCL on GPUs, gloo here)
+    behaves like, for the simulator."""
+    rows = times[times.kind == "all_reduce"]
+    if rows.p.nunique() != 1 or rows.nbytes.nunique() < 2:
+        raise ConfigError("times", f"{len(rows)} all_reduce rows, p={sorted(rows.p.unique())}",
+                          "all_reduce times of one p at two or more message sizes")
+    return fit_all_reduce(rows.nbytes.to_numpy(), rows.measured_s.to_numpy(), int(rows.p.iloc[0]),
+                          "real_collective_times")

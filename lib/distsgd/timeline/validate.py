@@ -1,0 +1,174 @@
+"""The simulator against measured runs: predicted vs measured step time of the same cases.
+
+Measured: the schedule benchmark (`distsgd.bench_schedules`) times every case (the S-SGD
+schedules, PS (+ partition), DDP, DeAR and the local-update algorithms it can run) on p ranks
+over emulated networks, median of its repeats, and the compute-only step time of that p.
+Predicted: `timeline.simulate` on a layer profile of the same model, input shape and batch,
+scaled (`Profile.scaled`) so that its compute equals the measured compute-only step time of that
+p (all p ranks busy: on this machine ranks share cores, so a single process's profile is too
+fast), over exactly the network string the benchmark used (the same `NetModel`). Only the
+networks that pass `bench_schedules.emulation_headroom` are compared (decided before any
+prediction): elsewhere the real loopback collective, not the model, sets the measured time.
+
+What is predicted is what the benchmark times (`bench_schedules.time_case`): `warmup` untimed
+steps, then `steps` timed ones and the algorithm's `finalize`, which waits for every collective
+still in flight (CoCoD-SGD's last average, SSD-SGD's pushes, DeAR's all-gathers) — the seconds
+from the first timed step's start to the link's last ready time (or the compute stream's end),
+divided by `steps` (`window_step`). With a short window this is not the steady state
+(`simulate`'s step_s): a period whose average overlaps the next period shows its drain.
+
+The rule is fixed in advance and the same for every case: no per-schedule knob. Residual =
+predicted / measured - 1; `RESOLUTION` (`distsgd.projection.RESOLUTION`, 15%) is the bound the
+validation test asserts on every pair.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .. import bench_schedules as bs
+from ..caps import Caps
+from ..comm.netmodel import NetModel
+from ..layer_profile import Profile
+from ..paths import repo_root
+from .simulate import simulate
+from .sweep import PROFILE_DIR
+
+# The cases validated: the benchmark's schedules plus the local-update algorithms it can time.
+# Periods of 4 and a benchmark warm-up and step count that are multiples of 4 put the same number
+# of averages in every timed window; SSD-SGD skips its S-SGD warm-up (the steps-delay stage is
+# what the simulator models).
+LOCAL_CASES = [
+    {"algo": "local_sgd", "params": {"period": 4}, "label": "local SGD"},
+    {"algo": "cocod_sgd", "params": {"period": 4}, "label": "CoCoD-SGD"},
+    {"algo": "ssd_sgd", "params": {"period": 4, "warmup": 0}, "label": "SSD-SGD"},
+]
+KAVG_CASE = {"algo": "kavg", "params": {"period": 4, "local_groups": 2, "local_period": 2}, "label": "KAVG (2 groups)"}
+# A network whose modeled all-reduce of the whole gradient is 4x the compute (bandwidth term) with
+# the 10GbE-like latency share: communication dominates, so the emulation has headroom here.
+NETWORKS = {"comm-bound (4x)": (4.0, 0.015)}
+COLUMNS = ["model", "label", "algo", "nproc", "net_name", "net", "compute_s", "measured_s", "predicted_s",
+           "residual", "repeats"]
+
+
+def cases_for(p: int) -> list[dict[str, Any]]:
+    """Every validated case at p ranks (KAVG with 2 groups needs p >= 4, even)."""
+    return bs.DEFAULT_CASES + LOCAL_CASES + ([KAVG_CASE] if p >= 4 and p % 2 == 0 else [])
+
+
+def committed_profile(model: str, batch_size: int, input_shape: tuple[int, ...], device: str = "cpu") -> Profile | None:
+    """The committed profile (reproduce/layer_profiles/<device>/) of exactly this model, batch
+    and input shape, or None."""
+    folder = repo_root(Path(__file__).parent) / PROFILE_DIR / device
+    for path in sorted(folder.glob(f"{model}_b{batch_size}*.csv")):
+        profile = Profile.from_csv(path)
+        if profile.model == model and profile.batch_size == batch_size and tuple(profile.input_shape) == tuple(input_shape):
+            return profile
+    return None
+
+
+def layer_profile(model: str, batch_size: int, input_shape: tuple[int, ...], device: str = "cpu") -> Profile:
+    """A layer profile of the benchmark's `model` at this batch and shape on `device`: the
+    committed one if it exists (cpu), else measured now (`profiling.measure`, 1 thread on cpu as
+    the benchmark's ranks run, the benchmark's model options)."""
+    found = committed_profile(model, batch_size, input_shape, device) if device == "cpu" else None
+    if found is not None:
+        return found
+    from ..profiling import measure
+    return measure(model, tuple(input_shape), batch_size, device=device, reps=5, warmup=2,
+                   threads=1 if device == "cpu" else None, options=bs.MODEL_OPTIONS.get(model, {})).profile
+
+
+def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, params: dict[str, Any] | None,
+                warmup: int, steps: int) -> float:
+    """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
+    then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
+    from ..algorithms.registry import REGISTRY
+    from .simulate import ALGORITHMS, resolve_network
+    from .streams import Rank
+    rank = Rank(resolve_network(net, None), nproc)
+    schedule = ALGORITHMS[algo](profile, rank, REGISTRY[algo].resolve_params(dict(params or {})))
+    for step in range(warmup):
+        schedule.iteration(step)
+    t0 = rank.t
+    for step in range(warmup, warmup + steps):
+        schedule.iteration(step)
+    return (max([rank.t, *rank.free.values()]) - t0) / steps
+
+
+def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None,
+            networks: dict[tuple[int, str], NetModel] | None = None, warmup: int | None = None,
+            steps: int | None = None) -> pd.DataFrame:
+    """Predicted vs measured step time of every (model, label, nproc, network) of a
+    `bench_schedules` result (`COLUMNS`): measured = median over repeats; predicted =
+    `simulate` on `profiles[model]` scaled to that (model, p)'s measured compute-only step time,
+    on the benchmark's own --net string, with the case's algorithm and parameters. `networks`
+    maps (p, net_name) to the NetModel to simulate instead (a network without emulation, e.g.
+    NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
+    With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
+    (`window_step`); without, the steady state (`simulate`)."""
+    params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
+    timed = bench[bench.algo != "compute"]
+    rows = []
+    for (model, label, p, net_name), g in timed.groupby(["model", "label", "nproc", "net_name"], sort=False):
+        algo, net = g.algo.iloc[0], g.net.iloc[0]
+        case_params = params.get(label, _params(g.params.iloc[0]))
+        compute = float(g.compute_s.iloc[0])
+        model_net = (networks or {}).get((int(p), net_name)) or net
+        scaled = profiles[model].scaled(compute)
+        predicted = (window_step(scaled, algo, int(p), model_net, case_params, warmup, steps) if steps
+                     else simulate(scaled, algo, int(p), net=model_net, params=case_params).step_s)
+        measured = float(g.step_s.median())
+        rows.append(dict(model=model, label=label, algo=algo, nproc=int(p), net_name=net_name, net=net,
+                         compute_s=compute, measured_s=measured, predicted_s=predicted,
+                         residual=predicted / measured - 1, repeats=len(g)))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _params(text: Any) -> dict[str, Any]:
+    import ast
+    return ast.literal_eval(text) if isinstance(text, str) and text else dict(text or {})
+
+
+def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
+             networks: dict[str, tuple[float, float]] | None = None, batch_size: int = 16, steps: int = 8,
+             warmup: int = 4, repeats: int = 3, headroom_reps: int = 3, caps: Caps | None = None
+             ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Run the benchmark on every case of `cases_for(p)`, decide which networks are emulable here
+    (`emulation_headroom`, before predicting), predict every pair. Returns (table, bench,
+    headroom): the table (`COLUMNS` + `emulable`) has every pair; the validated ones are those
+    with emulable true."""
+    caps = Caps.from_env() if caps is None else caps
+    networks = dict(networks or NETWORKS)
+    frames = []
+    for p in sorted(set(nprocs)):
+        frames.append(bs.bench_schedules(models=models, cases=cases_for(p), nprocs=[p], networks=networks,
+                                         batch_size=batch_size, steps=steps, warmup=warmup,
+                                         repeats=repeats, caps=caps))
+    bench = pd.concat(frames, ignore_index=True)
+    headroom = bs.emulation_headroom(bench, reps=headroom_reps)
+    batch = int(bench.batch_size.iloc[0])
+    profiles = {m: layer_profile(m, batch, bs.input_shape(m, caps)) for m in bench.model.unique()}
+    table = predict(bench, profiles, [c for p in nprocs for c in cases_for(p)], warmup=warmup, steps=steps)
+    ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
+    table["emulable"] = [bool(ok.get((m, p, n), False)) for m, p, n in zip(table.model, table.nproc, table.net_name)]
+    return table, bench, headroom
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Max and median |residual| per schedule and p (the README's table)."""
+    t = table.assign(abs_residual=table.residual.abs())
+    return (t.groupby(["label", "nproc"]).abs_residual.agg(["max", "median"]).unstack("nproc"))
+
+
+def report(table: pd.DataFrame, bound: float) -> str:
+    """Every pair, one line each, marked where |residual| > bound."""
+    lines = [f"{'model':12} {'schedule':16} {'p':>2} {'network':18} {'measured':>10} {'predicted':>10} {'residual':>9}"]
+    for r in table.itertuples():
+        flag = "" if abs(r.residual) <= bound else f"  > {bound:.0%}"
+        lines.append(f"{r.model:12} {r.label:16} {r.nproc:>2} {r.net_name:18} {1e3 * r.measured_s:8.2f}ms "
+                     f"{1e3 * r.predicted_s:8.2f}ms {r.residual:+9.1%}{flag}"
+                     + ("" if getattr(r, "emulable", True) else "  (not emulable)"))
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The timeline simulator against measured runs on this machine (`distsgd.timeline.validate`).
+
+Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
+emulated network where the emulation has headroom: the simulator's step time (profile scaled to
+the compute measured at that p, the benchmark's own network) within `projection.RESOLUTION` (15%)
+of the measured median. The failure message is the table of every pair.
+"""
+import pandas as pd
+import pytest
+
+from distsgd.layer_profile import Layer, Profile
+from distsgd.projection import RESOLUTION
+from distsgd.timeline import validate as v
+
+
+def _bench_rows() -> pd.DataFrame:
+    """A fake benchmark result: one case, two repeats, and its compute baseline."""
+    common = dict(model="toy", params="{}", nproc=2, grad_bytes=4000, batch_size=4, compute_s=0.01)
+    rows = [dict(common, label="no overlap", algo="no_overlap", net_name="n", net="8Mbit,0us", repeat=r, step_s=s)
+            for r, s in enumerate((0.020, 0.022, 0.030))]
+    rows.append(dict(common, label="compute", algo="compute", net_name="none", net="", repeat=0, step_s=0.01))
+    return pd.DataFrame(rows)
+
+
+def _toy() -> Profile:
+    layer = Layer(name="fc", tensors=["fc.weight"], tensor_numel=[1000], tensor_bytes=[4000],
+                  forward_s=1.0, backward_s=2.0, update_s=1.0)
+    return Profile("toy", 4, (10,), "cpu", "measured", "test", [layer])
+
+
+def test_predict_scales_the_profile_to_the_measured_compute():
+    """Predicted = measured compute (profile scaled) + the all-reduce the benchmark's network
+    charges after backward; measured = the median over repeats."""
+    table = v.predict(_bench_rows(), {"toy": _toy()})
+    r = table.iloc[0]
+    assert r.measured_s == pytest.approx(0.022)
+    # all-reduce of 4000 B over 2 ranks at 1 MB/s: 2*(1/2)*4000/1e6 = 4 ms, after 10 ms of compute
+    assert r.predicted_s == pytest.approx(0.014, rel=1e-6)
+    assert r.residual == pytest.approx(0.014 / 0.022 - 1)
+
+
+# Not a CI gate yet (marker `validation`, deselected by default; `make validate` runs it): it FAILS on
+# this machine. Two quiet-machine runs (load 0.05, 2026-11-24) had 18 and 16 of 25 pairs within 15%,
+# nearly all predicted LOW; outside in both: ByteScheduler (-17..-33%), PS + partition (-18..-20%),
+# CoCoD-SGD (-19..-24%); in one of the two: local SGD p = 2, DDP p = 2, SSD-SGD p = 4 (-15..-17%).
+# Candidates, not yet measured or modelled: a per-message issue cost on the compute stream (many
+# small partitions) and the model average's flat copies. README, "Systems at the papers' scale".
+@pytest.mark.multiproc
+@pytest.mark.validation
+def test_simulator_predicts_every_schedule_within_the_resolution():
+    table, bench, headroom = v.validate(models=("mlp",), nprocs=(2, 4))
+    report = v.report(table, RESOLUTION)
+    print(headroom.to_string())
+    print(report)
+    assert headroom.emulable.all(), f"the validation network has no emulation headroom here:\n{headroom}\n{report}"
+    expected = {c["label"] for p in (2, 4) for c in v.cases_for(p)}
+    assert set(table.label) == expected, report
+    bad = table[table.residual.abs() > RESOLUTION]
+    assert bad.empty, f"{len(bad)} of {len(table)} pairs outside ±{RESOLUTION:.0%}:\n{report}"
+
+
+def test_fit_collective_times_recovers_the_network():
+    """A real backend's all-reduce times (as `real_collective_times` tabulates them) give back
+    the alpha-beta network that produced them; fewer than two sizes is refused."""
+    from distsgd.comm.netmodel import NetModel
+    from distsgd.comm.nccl_tests import fit_collective_times
+    from distsgd.errors import ConfigError
+    true = NetModel(bandwidth_Bps=2e9, latency_s=20e-6)
+    sizes = [2**16, 2**20, 2**24]
+    times = pd.DataFrame([dict(kind=k, nbytes=n, p=4, measured_s=true.cost("all_reduce", n, 4) * (1 if k == "all_reduce" else 9))
+                          for k in ("all_reduce", "all_gather") for n in sizes])
+    fit = fit_collective_times(times)
+    assert fit.bandwidth_Bps == pytest.approx(2e9, rel=1e-6)
+    assert fit.latency_s == pytest.approx(20e-6, rel=1e-6)
+    with pytest.raises(ConfigError):
+        fit_collective_times(times[times.nbytes == 2**20])
