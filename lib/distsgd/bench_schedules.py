@@ -161,12 +161,18 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
         algo.close()                        # the next case's model must not add to this one's
 
 
-def grad_bytes(model: str) -> int:
-    """Bytes of the gradient of a benchmark model (built on the meta device: no memory, no init)."""
+def grad_tensor_bytes(model: str) -> list[int]:
+    """Bytes of each gradient tensor of a benchmark model, in parameter order (built on the meta
+    device: no memory, no init): its tensor statistics before anything is timed."""
     from .models import build_model
     with torch.device("meta"):
         m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
-    return sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad)
+    return [p.numel() * p.element_size() for p in m.parameters() if p.requires_grad]
+
+
+def grad_bytes(model: str) -> int:
+    """Bytes of the gradient of a benchmark model."""
+    return sum(grad_tensor_bytes(model))
 
 
 def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency_ratio: float) -> str:
