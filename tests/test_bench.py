@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from distsgd.bench_schedules import emulation_headroom, medians, real_collective_times, scaled_net, timing_noise
+from distsgd import projection as pj
+from distsgd.bench_schedules import (emulation_headroom, grad_bytes, grad_tensor_bytes, medians,
+                                     real_collective_times, scaled_net, timing_noise)
 from distsgd.comm import parse_net
 from distsgd.errors import ConfigError
 
@@ -95,6 +97,22 @@ def test_real_collective_times_and_emulation_headroom():
     assert bool(head.emulable["slow"]) and not bool(head.emulable["fast"])
     assert head.modeled_s["slow"] == pytest.approx(parse_net(nets["slow"]).cost("all_reduce", 2**20, 2))
     assert (head.real_s > 0).all()
+    # a row without emulation (the "real" network, net "") is not judged
+    real_row = pd.DataFrame([{"model": "m", "nproc": 2, "net_name": "real", "net": "", "grad_bytes": 2**20}])
+    assert emulation_headroom(pd.concat([df, real_row]), reps=1).net_name.tolist() == ["fast", "slow"]
+
+
+def test_grad_tensor_bytes_give_the_models_tensor_roles():
+    # the MLP 3072-512-512-10: weights and biases in parameter order, fp32
+    assert grad_tensor_bytes("mlp") == [4 * n for n in (3072 * 512, 512, 512 * 512, 512, 512 * 10, 10)]
+    assert grad_bytes("resnet50") == sum(grad_tensor_bytes("resnet50"))
+    stats = pd.DataFrame({m: pj.size_stats(grad_tensor_bytes(m)) for m in ("mlp", "transformer")}).T
+    # notebook 07's rule: many small tensors = smallest mean tensor, large tensors = largest single one
+    assert stats.mean_tensor_mb.idxmin() == "transformer" and stats.largest_tensor_mb.idxmax() == "mlp"
+    stats = pd.DataFrame({m: pj.size_stats(grad_tensor_bytes(m)) for m in ("resnet50", "bert_base")}).T
+    assert stats.mean_tensor_mb.idxmin() == "resnet50" and stats.largest_tensor_mb.idxmax() == "bert_base"
+    # ResNet-50: 161 tensors, 23.5 M parameters with the benchmark's 10-class head (25.6 M with 1000)
+    assert stats.tensors["resnet50"] == 161 and 23.5e6 < stats.grad_mb["resnet50"] * 2**20 / 4 < 23.6e6
 
 
 def test_real_collective_times_refuses_an_unknown_backend():

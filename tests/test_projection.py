@@ -64,6 +64,8 @@ def test_tensor_stats():
     assert s["tensors"] == 4 and s["grad_mb"] == pytest.approx(20e6 / mb)
     assert s["mean_tensor_mb"] == pytest.approx(5e6 / mb) and s["largest_tensor_mb"] == pytest.approx(8e6 / mb)
     assert s["intensity_ms_per_mb"] == pytest.approx(1e3 * 0.12 / (20e6 / mb))   # 4 x (10 + 20) ms over 20 MB
+    assert pj.size_stats([2 * mb, 4 * mb, 6 * mb]) == {"tensors": 3, "grad_mb": 12.0, "mean_tensor_mb": 4.0,
+                                                      "largest_tensor_mb": 6.0}
 
 
 def test_interval_is_ordered_for_negative_values():

@@ -109,11 +109,44 @@ def test_ps_bytes_follow_the_server_layout(results):
         m_bytes = [n // WORLD for n in o["sizes"]]
         assert o["sent"] == pytest.approx((WORLD - 1) * sum(m_bytes), rel=1e-6)
         assert o["sent"] > one_allreduce
-    _, m = server_layout([100, 10, 10], servers=3, piece=0)
-    assert m == 100
-    position, m = server_layout([100, 10, 10], servers=3, piece=20)
-    assert m == 40 and sorted(position) == list(range(120))        # balanced: no padding
-    assert position != list(range(120))                             # pieces moved to other servers
+
+
+def _slots_by_element(sizes: list[int], servers: int, piece: int, buffer: torch.Tensor) -> torch.Tensor:
+    """The PS slot layout as first built (the reference for the copies): pieces to the
+    least-loaded server in bucket order, one slot position per element, applied by index_copy_."""
+    pieces = [min(piece or n, n - i) for n in sizes for i in range(0, n, piece or n)]
+    load, owner = [0] * servers, []
+    for n in pieces:
+        j = min(range(servers), key=load.__getitem__)
+        owner.append((j, load[j]))
+        load[j] += n
+    m = max(load)
+    position = [j * m + start + k for n, (j, start) in zip(pieces, owner) for k in range(n)]
+    return torch.zeros(servers * m).index_copy_(0, torch.tensor(position), buffer)
+
+
+@pytest.mark.parametrize("sizes, servers, piece", [([100, 10, 10], 3, 0), ([100, 10, 10], 3, 20),
+                                                   ([7, 33, 5, 64, 1], 4, 8), ([50, 50, 3], 1, 0),
+                                                   ([13, 29, 6], 2, 5)])
+def test_ps_server_layout_copies_give_the_per_element_slots(sizes, servers, piece):
+    buffer = torch.arange(1.0, sum(sizes) + 1)
+    copies, m = server_layout(sizes, servers, piece)
+    slots = torch.zeros(servers * m)
+    for src, dst, n in copies:
+        slots.narrow(0, dst, n).copy_(buffer.narrow(0, src, n))
+    assert torch.equal(slots, _slots_by_element(sizes, servers, piece, buffer))
+    back = torch.zeros_like(buffer)                                 # the pull's inverse copies
+    for src, dst, n in copies:
+        back.narrow(0, src, n).copy_(slots.narrow(0, dst, n))
+    assert torch.equal(back, buffer)
+
+
+def test_ps_server_layout_balances_partitioned_pieces():
+    assert server_layout([100, 10, 10], servers=3, piece=0)[1] == 100
+    copies, m = server_layout([100, 10, 10], servers=3, piece=20)
+    assert m == 40 and sum(n for _, _, n in copies) == 120               # balanced: no padding
+    assert any(src != dst for src, dst, _ in copies)                     # pieces moved to other servers
+    assert server_layout([50, 50, 3], servers=1, piece=0)[0] == [(0, 0, 103)]   # contiguous: one copy
 
 
 @pytest.mark.multiproc

@@ -113,6 +113,36 @@ def input_shape(model: str, caps: Caps) -> tuple[int, ...]:
     return (shape[0], *(caps.bound("image_side", side) for side in shape[1:]))
 
 
+def bench_model(model: str, shape: tuple[int, ...], depth: int = 0) -> torch.nn.Module:
+    """Benchmark model `model` (`MODEL_OPTIONS`) for inputs of `shape`, each run of repeated blocks
+    cut to its first `depth` (0: whole; `Caps.depth`, the dry run's). A run of repeated blocks is a
+    `torch.nn.Sequential` of two or more modules of one class that have modules themselves: BERT's
+    encoder layers, a ResNet stage's blocks (the first, which changes the shape, stays). A cut
+    model is built on the meta device, cut, then allocated and drawn by each layer's
+    `reset_parameters` (other parameters N(0, 0.02)), so the whole model never exists (BERT-Base's
+    110 M parameters took 3-4 s per case to draw); a dry run measures nothing."""
+    from .models import build_model
+    if not depth:
+        return build_model(model, shape, NUM_CLASSES, **MODEL_OPTIONS[model])
+    with torch.device("meta"):
+        m = build_model(model, shape, NUM_CLASSES, **MODEL_OPTIONS[model])
+    for module in list(m.modules()):
+        blocks = list(module.children()) if isinstance(module, torch.nn.Sequential) else []
+        if len(blocks) > 1 and len({type(b) for b in blocks}) == 1 and list(blocks[0].children()):
+            del module[depth:]
+    if torch.get_default_device().type == "meta":            # asked for on the meta device: sizes only
+        return m
+    m.to_empty(device=torch.get_default_device())
+    with torch.no_grad():
+        for module in m.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+            else:
+                for p in module.parameters(recurse=False):
+                    p.normal_(0, 0.02)
+    return m
+
+
 @dataclass
 class Case:
     """One timed configuration: a model, an algorithm with its parameters, a network."""
@@ -126,18 +156,18 @@ class Case:
 
 
 def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int,
-              shape: tuple[int, ...] | None = None, device: torch.device = torch.device("cpu")) -> float:
+              shape: tuple[int, ...] | None = None, device: torch.device = torch.device("cpu"),
+              depth: int = 0) -> float:
     """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean), on inputs
     of `shape` (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read
-    after `torch.cuda.synchronize`)."""
+    after `torch.cuda.synchronize`), the model's repeated blocks cut to `depth` (`bench_model`)."""
     from .algorithms import Algorithm, create
     from .comm import Comm, parse_net
     from .config import Config
-    from .models import build_model
 
     shape = shape or INPUT_SHAPES[case.model]
     torch.manual_seed(0)
-    model = build_model(case.model, shape, NUM_CLASSES, **MODEL_OPTIONS[case.model]).to(device)
+    model = bench_model(case.model, shape, depth).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     comm = Comm(rank, world, device, parse_net(case.net))
     algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
@@ -161,12 +191,18 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
         algo.close()                        # the next case's model must not add to this one's
 
 
-def grad_bytes(model: str) -> int:
-    """Bytes of the gradient of a benchmark model (built on the meta device: no memory, no init)."""
-    from .models import build_model
+def grad_tensor_bytes(model: str, depth: int = 0) -> list[int]:
+    """Bytes of each gradient tensor of a benchmark model (its repeated blocks cut to `depth`,
+    `bench_model`), in parameter order (built on the meta device: no memory, no init): its tensor
+    statistics before anything is timed."""
     with torch.device("meta"):
-        m = build_model(model, INPUT_SHAPES[model], NUM_CLASSES, **MODEL_OPTIONS[model])
-    return sum(p.numel() * p.element_size() for p in m.parameters() if p.requires_grad)
+        m = bench_model(model, INPUT_SHAPES[model], depth)
+    return [p.numel() * p.element_size() for p in m.parameters() if p.requires_grad]
+
+
+def grad_bytes(model: str, depth: int = 0) -> int:
+    """Bytes of the gradient of a benchmark model (its repeated blocks cut to `depth`)."""
+    return sum(grad_tensor_bytes(model, depth))
 
 
 def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency_ratio: float) -> str:
@@ -188,19 +224,21 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tuple[int, ...]],
                  cases: list[dict], networks: dict[str, tuple[float, float] | None], batch_size: int,
                  steps: int, warmup: int, repeats: int, net_reference: str | None, out: Path,
-                 backend: str) -> None:
+                 backend: str, depth: int) -> None:
     """On one group of ranks: measure compute per model (the median of two compute-only timings),
     scale the networks to it (or to the model `net_reference`, then the same
     network for every model; `REAL`'s value None: no emulation), then time every case and the
     compute-only baseline, `repeats` rounds, each in a different (seeded, rank-independent) order.
-    Rank 0 appends each row to `out` as soon as it is measured."""
+    Rank 0 appends each row to `out` as soon as it is measured. The models' repeated blocks are
+    cut to `depth` (`bench_model`; 0: whole)."""
     from .comm import Comm
 
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     bookkeeping = Comm(rank, world, device)
 
     def timed(case: Case, extra_warmup: int = 0) -> float:
-        return time_case(case, rank, world, batch_size, steps, warmup + extra_warmup, shapes[case.model], device)
+        return time_case(case, rank, world, batch_size, steps, warmup + extra_warmup, shapes[case.model], device,
+                         depth)
 
     compute = {m: statistics.median(timed(Case(m, "compute")) for _ in range(2))
                for m in {*models, net_reference or models[0]}}
@@ -208,7 +246,7 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
     for model in models:
         ref = net_reference or model
         for name, ratios in networks.items():
-            nets[model, name] = "" if ratios is None else scaled_net(compute[ref], grad_bytes(ref), world, *ratios)
+            nets[model, name] = "" if ratios is None else scaled_net(compute[ref], grad_bytes(ref, depth), world, *ratios)
     todo = [Case(model, c["algo"], c.get("params", {}), nets[model, name], c.get("label", c["algo"]), name)
             for model in models for name in networks for c in cases]
     todo += [Case(model, "compute", {}, "", "compute", "none") for model in models]
@@ -224,7 +262,7 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
             if rank == 0:
                 append_row(out, dict(
                     model=case.model, label=case.label, algo=case.algo, params=str(case.params), nproc=world,
-                    net_name=case.net_name, net=case.net, repeat=r, step_s=t, grad_bytes=grad_bytes(case.model),
+                    net_name=case.net_name, net=case.net, repeat=r, step_s=t, grad_bytes=grad_bytes(case.model, depth),
                     throughput=world * batch_size / t, batch_size=batch_size, backend=backend, peak_rss_mb=rss))
 
 
@@ -279,8 +317,8 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     the job's (`nprocs` is ignored); rank 0 writes the CSV and returns the rows, the other ranks an
     empty DataFrame. A group has no deadline (it may run for hours): a dead peer fails a collective
     within its timeout, and the launcher stops the group when a rank fails. `caps` (default: `Caps.from_env()`, which the full-profile dry run sets) bound
-    p and the batch as they bound a run's (`distsgd.caps`), and the sequence length of the text
-    encoders' inputs."""
+    p and the batch as they bound a run's (`distsgd.caps`), the sequence length of the text
+    encoders' inputs, the CNNs' image side and the models' repeated blocks (`bench_model`)."""
     caps = Caps.from_env() if caps is None else caps
     cases = list(cases or DEFAULT_CASES)
     networks = dict(NETWORKS if networks is None else networks)
@@ -291,7 +329,8 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     shapes = {m: input_shape(m, caps) for m in {*models, *([net_reference] if net_reference else [])}}
     with tempfile.TemporaryDirectory(prefix="distsgd-bench-") as tmp:
         path = Path(tmp) / "bench.csv" if out is None else Path(out)
-        args = (models, shapes, cases, networks, batch_size, steps, warmup, repeats, net_reference, path, backend)
+        args = (models, shapes, cases, networks, batch_size, steps, warmup, repeats, net_reference, path, backend,
+                caps.depth)
         if launcher == "env":
             adopt_slurm_env(backend)
             if int(os.environ.get("RANK", "0")) != 0:

@@ -19,6 +19,12 @@ A capped config is first validated as asked, so a mistake in it still fails. 0: 
 - ``image_side`` (``DISTSGD_MAX_IMAGE_SIDE``) caps the height and width of the images the schedule
   benchmark feeds its CNNs (ResNet-50's 224x224 on a GPU): the parameters stay whole (the CIFAR
   stem of `distsgd.models` serves sides up to 64), only the per-step compute shrinks.
+- ``depth`` (``DISTSGD_MAX_DEPTH``) caps the repeated blocks of the schedule benchmark's models
+  (`bench_schedules.bench_model`): each run of identical blocks (BERT's encoder layers, each
+  ResNet stage) keeps its first `depth`. Every tensor keeps its shape (BERT-Base's 94 MB
+  embedding, ResNet-50's widest convolutions), only the number of blocks shrinks: at 1, BERT-Base
+  keeps 31 M of its 110 M parameters and ResNet-50 ~8 M of 23.5 M. A dry run checks that the
+  notebooks execute with the full profile's parameters; it measures nothing.
 """
 from __future__ import annotations
 
@@ -33,19 +39,20 @@ from .errors import ConfigError
 # Cap (a Config field) -> the environment variable that carries it into a notebook's kernel.
 CAP_ENV = {"nproc": "DISTSGD_MAX_NPROC", "batch_size": "DISTSGD_MAX_BATCH_SIZE",
            "eval_samples": "DISTSGD_MAX_EVAL_SAMPLES", "seq_len": "DISTSGD_MAX_SEQ_LEN",
-           "image_side": "DISTSGD_MAX_IMAGE_SIDE"}
+           "image_side": "DISTSGD_MAX_IMAGE_SIDE", "depth": "DISTSGD_MAX_DEPTH"}
 
 
 @dataclass(frozen=True)
 class Caps:
-    """The most worker processes, per-rank batch, evaluation samples, benchmark sequence length and
-    benchmark image side a run may use (0: no cap)."""
+    """The most worker processes, per-rank batch, evaluation samples, benchmark sequence length,
+    benchmark image side and benchmark blocks per run of blocks a run may use (0: no cap)."""
 
     nproc: int = 0
     batch_size: int = 0
     eval_samples: int = 0
     seq_len: int = 0
     image_side: int = 0
+    depth: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -70,8 +77,9 @@ class Caps:
         return {var: str(getattr(self, name)) for name, var in CAP_ENV.items()}
 
     def bound(self, name: str, value: int) -> int:
-        """`value` of `name` ('nproc', 'batch_size', 'eval_samples', 'seq_len' or 'image_side') within its cap; for what is
-        sized outside a Config (the schedule benchmark's worker counts and batch)."""
+        """`value` of `name` (a field: 'nproc', 'batch_size', 'eval_samples', 'seq_len', 'image_side',
+        'depth') within its cap; for what is sized outside a Config (the schedule benchmark's worker
+        counts, batch, inputs and models)."""
         cap = getattr(self, name)
         return min(value, cap) if cap else value
 

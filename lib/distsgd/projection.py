@@ -110,14 +110,23 @@ def write_profile_note(path: str | Path, profile: Profile) -> Path:
     return path
 
 
-def tensor_stats(profile: Profile) -> dict[str, float]:
-    """A profile's gradient-tensor statistics, known before any step time is projected: the number
-    of tensors, gradient MB, mean and largest tensor MB, and the intensity I = C/D (compute seconds
-    per gradient byte of one iteration, in ms per MB). MB = 2**20 bytes."""
-    sizes = profile.tensor_bytes
+def size_stats(sizes: Iterable[int]) -> dict[str, float]:
+    """Statistics of a model's gradient tensors (bytes each): the number of tensors, gradient MB,
+    mean and largest tensor MB (MB = 2**20 bytes). Known before anything is timed, e.g. from
+    `bench_schedules.grad_tensor_bytes`."""
+    sizes = list(sizes)
     mb = 2**20
     return {"tensors": len(sizes), "grad_mb": sum(sizes) / mb, "mean_tensor_mb": sum(sizes) / len(sizes) / mb,
-            "largest_tensor_mb": max(sizes) / mb, "intensity_ms_per_mb": 1e3 * profile.compute_s / (sum(sizes) / mb)}
+            "largest_tensor_mb": max(sizes) / mb}
+
+
+def tensor_stats(profile: Profile) -> dict[str, float]:
+    """A profile's gradient-tensor statistics (`size_stats`), known before any step time is
+    projected, and the intensity I = C/D (compute seconds per gradient byte of one iteration, in
+    ms per MB)."""
+    stats = size_stats(profile.tensor_bytes)
+    return {**stats, "intensity_ms_per_mb": 1e3 * profile.compute_s / stats["grad_mb"]}
+
 
 
 def grid_twins(profile: Profile, threshold_mb: float, low: float, high: float, trials: int) -> list[float]:

@@ -39,16 +39,23 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
-def server_layout(sizes: list[int], servers: int, piece: int) -> tuple[list[int], int]:
-    """For a bucket of tensors of `sizes` elements: the slot position of every element (a list as
-    long as sum(sizes), slot j = [j*m, (j+1)*m)) and m. Pieces (whole tensors, or slices of at
-    most `piece` elements when piece > 0) go to the least-loaded of `servers` servers
-    (`server_assignment`)."""
+def server_layout(sizes: list[int], servers: int, piece: int) -> tuple[list[tuple[int, int, int]], int]:
+    """For a bucket of tensors of `sizes` elements: the copies that lay it out in server slots
+    (slot j = [j*m, (j+1)*m)), as (bucket offset, slot-layout offset, elements) per piece, and m.
+    Pieces (whole tensors, or slices of at most `piece` elements when piece > 0) go to the
+    least-loaded of `servers` servers (`server_assignment`); a piece that continues the previous
+    one in both the bucket and the slots extends its copy. O(pieces) memory, none per element."""
     pieces, owner, m = server_assignment(sizes, servers, piece)
-    position = []
+    copies: list[tuple[int, int, int]] = []
+    src = 0
     for n, (j, start) in zip(pieces, owner):
-        position += range(j * m + start, j * m + start + n)
-    return position, m
+        dst = j * m + start
+        if copies and copies[-1][0] + copies[-1][2] == src and copies[-1][1] + copies[-1][2] == dst:
+            copies[-1] = (copies[-1][0], copies[-1][1], copies[-1][2] + n)
+        else:
+            copies.append((src, dst, n))
+        src += n
+    return copies, m
 
 
 def server_assignment(sizes: list[int], servers: int, piece: int) -> tuple[list[int], list[tuple[int, int]], int]:
@@ -73,8 +80,7 @@ class _PSBucket:
 
     def __init__(self, bucket: Bucket, servers: int, p: int, piece: int) -> None:
         self.bucket = bucket
-        position, m = server_layout([q.numel() for q in bucket.params], servers, piece)
-        self.index = torch.tensor(position, dtype=torch.long, device=bucket.buffer.device)
+        self.copies, m = server_layout([q.numel() for q in bucket.params], servers, piece)
         self.slots = torch.zeros(p * m, dtype=bucket.buffer.dtype, device=bucket.buffer.device)
         self.shard = torch.zeros(m, dtype=bucket.buffer.dtype, device=bucket.buffer.device)
 
@@ -112,7 +118,9 @@ class PS(BucketedAllReduce):
         """Push: lay the bucket out in server slots and reduce-scatter it to the servers."""
         b = self.ps[id(bucket)]
         bucket.pack()
-        b.slots.zero_().index_copy_(0, b.index, bucket.buffer[:bucket.numel])
+        b.slots.zero_()
+        for src, dst, n in b.copies:
+            b.slots.narrow(0, dst, n).copy_(bucket.buffer.narrow(0, src, n))
         bucket.handle = self.comm.reduce_scatter(b.shard, b.slots, op="avg", async_op=True)
 
     def after_backward(self, step: int) -> None:
@@ -127,6 +135,7 @@ class PS(BucketedAllReduce):
         for bucket, pull in zip(self.buckets, pulls):
             b = self.ps[id(bucket)]
             pull.wait()
-            torch.index_select(b.slots, 0, b.index, out=bucket.buffer[:bucket.numel])
+            for src, dst, n in b.copies:
+                bucket.buffer.narrow(0, src, n).copy_(b.slots.narrow(0, dst, n))
             bucket.unpack()
             bucket.handle, bucket.ready = None, 0
