@@ -82,25 +82,3 @@ def test_fit_collective_times_recovers_the_network():
     with pytest.raises(ConfigError):
         fit_collective_times(times[times.nbytes == 2**20])
 
-
-def test_emulated_net_costs_the_slower_of_model_and_real_collective():
-    """Comm's emulation cannot finish before the real collective: the simulated network costs
-    max(model, real), the real time interpolated log-log between measured sizes, held below the
-    smallest, proportional above the largest; unmeasured kinds cost the model alone."""
-    from distsgd.comm.netmodel import NetModel
-    net = NetModel(bandwidth_Bps=1e6, latency_s=0.0)            # all_reduce at p = 4: 1.5 us per byte
-    real = pd.DataFrame([dict(kind="all_reduce", nbytes=n, p=4, measured_s=t)
-                         for n, t in ((1000, 0.01), (100_000, 0.1))])
-    emulated = v.EmulatedNet(net, real)
-    assert emulated.cost("all_reduce", 1000, 4) == pytest.approx(0.01)          # real (model 1.5 ms)
-    assert emulated.cost("all_reduce", 10_000, 4) == pytest.approx(max(0.015, 10 ** -1.5))  # log-log midpoint
-    assert emulated.cost("all_reduce", 100, 4) == pytest.approx(0.01)           # held below the smallest
-    assert emulated.cost("all_reduce", 200_000, 4) == pytest.approx(0.3)        # model 0.3 s > real 0.2 s
-    assert emulated.real_s("all_reduce", 200_000, 4) == pytest.approx(0.2)      # proportional above
-    assert emulated.cost("all_gather", 1000, 4) == pytest.approx(net.cost("all_gather", 1000, 4))
-    assert emulated.cost("all_reduce", 1000, 2) == pytest.approx(net.cost("all_reduce", 1000, 2))
-
-
-def test_real_sizes_cover_the_gradient():
-    assert v.real_sizes(100_000) == [4096, 16384, 65536, 100_000]
-    assert v.real_sizes(4096) == [4096]

@@ -22,15 +22,6 @@ the compute stream) are measured by `overheads.measure()` at the start of `valid
 benchmark, and charged by the same rule in every case; the table keeps the plain prediction
 (`predicted_plain_s`) beside it.
 
-The network simulated is the emulated one as `Comm` runs it here (`EmulatedNet`): `Comm` delays
-a collective to its modeled time but cannot make it finish before the real loopback collective
-does (`Handle.wait`: the real work, then the rest of the modeled time), so each collective
-costs max(modeled, real), the real time measured by `bench_schedules.real_collective_times` at
-the start of `validate` on a grid of message sizes (before the benchmark, never from residuals).
-For small messages on p > cores the real time reaches the modeled one (0.5 MB all-reduce at p = 4:
-about 5-9 ms real against 8 ms modeled); for the whole gradient it is well below it (the
-headroom check). The table keeps the prediction on the bare model (`predicted_model_s`) beside it.
-
 The rule is fixed in advance and the same for every case: no per-schedule knob. Residual =
 predicted / measured - 1; `RESOLUTION` (`distsgd.projection.RESOLUTION`, 15%) is the bound the
 validation test asserts on every pair.
@@ -41,12 +32,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
 import pandas as pd
 
 from .. import bench_schedules as bs
 from ..caps import Caps
-from ..comm import parse_net
 from ..comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ..paths import repo_root
@@ -69,44 +58,6 @@ KAVG_CASE = {"algo": "kavg", "params": {"period": 4, "local_groups": 2, "local_p
 NETWORKS = {"comm-bound (4x)": (4.0, 0.015)}
 COLUMNS = ["model", "label", "algo", "nproc", "net_name", "net", "compute_s", "measured_s", "predicted_s",
            "residual", "repeats"]
-
-
-class EmulatedNet:
-    """The emulated network `net` as this machine runs it (module doc): a collective costs
-    max(net.cost, the real collective's time), the real time interpolated log-log in the message
-    size between the sizes measured (`real`: columns kind, nbytes, p, measured_s, as
-    `bench_schedules.real_collective_times` returns), held constant below the smallest and
-    proportional to the size above the largest. Kinds or p not measured: the model alone."""
-
-    def __init__(self, net: NetModel, real: pd.DataFrame) -> None:
-        self.net = net
-        self._real = {key: (np.log(g.nbytes.to_numpy(float)), np.log(g.measured_s.to_numpy(float)))
-                      for key, g in real.sort_values("nbytes").groupby(["kind", "p"])}
-
-    def real_s(self, kind: str, nbytes: int, p: int) -> float:
-        """The real collective's interpolated time (0 where not measured)."""
-        if (kind, p) not in self._real or nbytes <= 0:
-            return 0.0
-        log_n, log_t = self._real[(kind, p)]
-        x = np.log(nbytes)
-        if x > log_n[-1]:
-            return float(np.exp(log_t[-1] + x - log_n[-1]))
-        return float(np.exp(np.interp(x, log_n, log_t)))
-
-    def cost(self, kind: str, nbytes: int, p: int) -> float:
-        return max(self.net.cost(kind, nbytes, p), self.real_s(kind, nbytes, p))
-
-    def __repr__(self) -> str:
-        return f"EmulatedNet({self.net!r}, measured {sorted(self._real)})"
-
-
-def real_sizes(grad_bytes: int, smallest: int = 4096) -> list[int]:
-    """The message sizes at which `validate` measures the real collectives: powers of 4 from
-    `smallest` up to, and including, the whole gradient."""
-    sizes = [smallest]
-    while sizes[-1] * 4 < grad_bytes:
-        sizes.append(sizes[-1] * 4)
-    return sizes + [grad_bytes] if grad_bytes > sizes[-1] else sizes
 
 
 def cases_for(p: int) -> list[dict[str, Any]]:
@@ -197,21 +148,16 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Measure the per-call overheads ("measure": `overheads.measure()` now, at the start, before
     the benchmark; or given; None: none), run the benchmark on every case of `cases_for(p)`,
-    measure the real collectives on a grid of sizes (`real_sizes`) at every p, then run the
-    benchmark on every case of `cases_for(p)`, decide which networks are emulable here
-    (`emulation_headroom`, before predicting), predict every pair on the `EmulatedNet` with those
-    overheads. Returns (table, bench, headroom): the table (`COLUMNS` + `emulable`,
-    `predicted_plain_s`: without overheads, `predicted_model_s`: on the bare network model) has
-    every pair; the validated ones are those with emulable true; `table.attrs` holds the
-    `overheads` used and the `real_collectives` measured."""
+    run the benchmark on every case of `cases_for(p)`, decide which networks are emulable here
+    (`emulation_headroom`, before predicting), predict every pair with those overheads. Returns
+    (table, bench, headroom): the table (`COLUMNS` + `emulable`, `predicted_plain_s`: without
+    overheads, the load average at the start and end, the overheads used) has every pair; the
+    validated ones are those with emulable true; `table.attrs["overheads"]` holds the overheads."""
     caps = Caps.from_env() if caps is None else caps
     networks = dict(networks or NETWORKS)
     load_start = os.getloadavg()[0]
     if isinstance(overheads, str):
         overheads = measure()
-    models = list(models)
-    sizes = sorted({n for m in models for n in real_sizes(bs.grad_bytes(m))})
-    real = {p: bs.real_collective_times(p, sizes, reps=headroom_reps) for p in sorted(set(nprocs))}
     frames = []
     for p in sorted(set(nprocs)):
         frames.append(bs.bench_schedules(models=models, cases=cases_for(p), nprocs=[p], networks=networks,
@@ -222,15 +168,9 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     batch = int(bench.batch_size.iloc[0])
     profiles = {m: layer_profile(m, batch, bs.input_shape(m, caps)) for m in bench.model.unique()}
     cases = [c for p in nprocs for c in cases_for(p)]
-    emulated = {(int(p), name): EmulatedNet(parse_net(net), real[int(p)])
-                for (p, name), net in bench[bench.algo != "compute"].groupby(["nproc", "net_name"]).net.first().items()}
-    table = predict(bench, profiles, cases, networks=emulated, warmup=warmup, steps=steps, overheads=overheads)
-    table["predicted_plain_s"] = predict(bench, profiles, cases, networks=emulated, warmup=warmup,
-                                         steps=steps).predicted_s
-    table["predicted_model_s"] = predict(bench, profiles, cases, warmup=warmup, steps=steps,
-                                         overheads=overheads).predicted_s
+    table = predict(bench, profiles, cases, warmup=warmup, steps=steps, overheads=overheads)
+    table["predicted_plain_s"] = predict(bench, profiles, cases, warmup=warmup, steps=steps).predicted_s
     table.attrs["overheads"] = overheads or NONE
-    table.attrs["real_collectives"] = pd.concat(real.values(), ignore_index=True)
     table["load_start"], table["load_end"] = load_start, os.getloadavg()[0]
     table["issue_s"], table["copy_Bps"] = table.attrs["overheads"].issue_s, table.attrs["overheads"].copy_Bps
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
@@ -286,16 +226,14 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 def report(table: pd.DataFrame, bound: float) -> str:
     """Every pair, one line each, marked where |residual| > bound (with `predicted_plain_s`: the
-    residual without overheads, and `predicted_model_s`: on the bare network model, unjudged)."""
+    residual without overheads too, unjudged)."""
     plain = "predicted_plain_s" in table
-    bare = "predicted_model_s" in table
     lines = [f"{'model':12} {'schedule':16} {'p':>2} {'network':18} {'measured':>10} {'predicted':>10} {'residual':>9}"
-             + (f" {'plain':>9}" if plain else "") + (f" {'bare net':>9}" if bare else "")]
+             + (f" {'plain':>9}" if plain else "")]
     for r in table.itertuples():
         flag = "" if abs(r.residual) <= bound else f"  > {bound:.0%}"
         lines.append(f"{r.model:12} {r.label:16} {r.nproc:>2} {r.net_name:18} {1e3 * r.measured_s:8.2f}ms "
                      f"{1e3 * r.predicted_s:8.2f}ms {r.residual:+9.1%}"
-                     + (f" {r.predicted_plain_s / r.measured_s - 1:+9.1%}" if plain else "")
-                     + (f" {r.predicted_model_s / r.measured_s - 1:+9.1%}" if bare else "") + flag
+                     + (f" {r.predicted_plain_s / r.measured_s - 1:+9.1%}" if plain else "") + flag
                      + ("" if getattr(r, "emulable", True) else "  (not emulable)"))
     return "\n".join(lines)
