@@ -92,6 +92,17 @@ def test_bad_choice_is_refused_by_the_parser(capsys) -> None:
     assert "invalid choice: 'lbfgs'" in capsys.readouterr().err
 
 
+def test_ranks_past_their_deadline_are_one_line_and_exit_1(monkeypatch, capsys) -> None:
+    """`on_ranks`' TimeoutError (e.g. `bench --validate-emulation`'s ranks hanging) reaches the
+    user as one line, not a traceback."""
+    def hang(args):
+        raise TimeoutError("local ranks still running after 300 s: stopped")
+
+    monkeypatch.setattr(cli, "cmd_profile", hang)
+    assert cli.main(["profile", "--model", "mlp"]) == 1
+    assert capsys.readouterr().err == "error: local ranks still running after 300 s: stopped\n"
+
+
 # ---------------------------------------------------------------- profile
 def test_profile_measures_and_projects_to_csv(tmp_path, capsys) -> None:
     from distsgd.layer_profile import Profile

@@ -425,6 +425,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except WorkerError as e:
+    except (WorkerError, TimeoutError) as e:     # a rank failed, or local ranks ran past their deadline
         print(f"error: {e}", file=sys.stderr)
         return 1
