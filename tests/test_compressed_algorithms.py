@@ -48,7 +48,7 @@ def _exchange_and_runs(rank: int, world: int) -> dict:
         c = make(name, ratio=0.1)
         seed = 7 if c.all_reducible else 7 + rank
         payload, ctx = c.compress(xs[rank], seed)
-        got = average(comm, c, payload, ctx)
+        got = average(comm, c, payload, ctx).wait()
         seeds = [7 if c.all_reducible else 7 + r for r in range(world)]
         want = sum(c(xs[r], seeds[r]) for r in range(world)) / world
         e = comm.ledger.entries[-1]
@@ -174,7 +174,7 @@ def _ddp_with_hooks(rank: int, world: int) -> dict:
         target = torch.randn(16, 4)
         model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)))
         if hook == "topk":
-            register(model, comm, TopK(0.25))
+            register(model, TopK(0.25), comm)
         else:
             register_powersgd(model, rank=2, start_iter=2)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -209,3 +209,58 @@ def test_bad_compression_params():
         distsgd.run(algo="liec_sgd", params={"ratio": 0.0}, **SMALL)
     with pytest.raises(distsgd.ConfigError, match="params"):
         distsgd.run(algo="compressed_sgd", params={"compressor": "zip"}, **SMALL)
+
+
+def _hook_futures(rank: int, world: int) -> dict:
+    """DDP + the top-k hook on an emulated 20 ms network: whether each future the hook returned
+    was pending when returned, and the model after 3 steps with pending futures, with futures
+    finished inside the hook (the former synchronous form), and on a Comm the hook made itself
+    on the default group (no emulation)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from distsgd.comm import Comm, parse_net
+    from distsgd.compress import TopK
+    from distsgd.compress.ddp_hook import HookState, compression_hook, register
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), parse_net("1Gbit,20ms"), 60)
+    done_when_returned: list[bool] = []
+
+    def spy(state, bucket):                     # no annotations: DDP checks them at runtime
+        fut = compression_hook(state, bucket)
+        done_when_returned.append(fut.done())
+        return fut
+
+    out = {}
+    for name in ("pending", "finished", "own_comm"):
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)),
+                                        bucket_cap_mb=0.001)             # several buckets
+        if name == "pending":
+            state = HookState(comm, TopK(0.25))
+            model.register_comm_hook(state, spy)
+        else:
+            state = register(model, TopK(0.25), comm=None if name == "own_comm" else comm,
+                             pending=name != "finished")
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(3):
+            x = torch.randn(8, 16, generator=gen)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        out[name] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        out[name + "_kinds"] = sorted({e.kind for e in state.comm.ledger.entries})
+    out["done_when_returned"] = done_when_returned
+    comm.close()
+    return out
+
+
+@pytest.mark.multiproc
+def test_compression_hook_returns_a_pending_future_with_the_synchronous_result():
+    res = run_ranks(_hook_futures, 2)
+    for r in res:
+        assert r["done_when_returned"] and not any(r["done_when_returned"])     # pending when returned
+        assert np.array_equal(r["pending"], r["finished"])                     # the same gradients
+        assert np.array_equal(r["own_comm"], r["pending"])
+        assert r["pending_kinds"] == r["own_comm_kinds"] == ["all_gather"]
+    assert np.array_equal(res[0]["pending"], res[1]["pending"])

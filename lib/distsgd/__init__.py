@@ -4,12 +4,19 @@
     result = distsgd.run(algo="local_sgd", params={"period": 4}, nproc=4, steps=300)
     result.metrics      # pandas DataFrame, one row per logged step
     result.summary      # final evaluation and totals
+
+or any algorithm in one's own torchrun script (`distsgd.wrap`):
+
+    model, optimizer = distsgd.wrap(model, optimizer, "local_sgd", period=8)
+    ...                                  # the script's own loop
+    distsgd.finalize(model, optimizer)
 """
 from .caps import Caps
 from .config import Config
 from .errors import ConfigError, DivergedError, WorkerError
 from .results import Result
 from .runner import run
+from .wrap import finalize, wrap
 
-__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "run"]
+__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "finalize", "run", "wrap"]
 __version__ = "0.1.0"

@@ -447,3 +447,73 @@ def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, bac
             rows.append(dict(model=r.model, nproc=p, net_name=r.net_name, real_s=real[n],
                              modeled_s=modeled, emulable=real[n] * margin <= modeled))
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------- the DDP hook's overlap
+def _time_hook(rank: int, model_name: str, pending: bool, net: str, ratio: float, batch_size: int,
+               steps: int, warmup: int) -> float:
+    """Seconds per iteration (the slowest rank's mean) of DDP with the top-k compression hook
+    (`compress.ddp_hook`, 2 MB buckets) returning its pending future, or waiting for it inside."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from .comm import Comm, parse_net
+    from .compress import TopK
+    from .compress.ddp_hook import register
+
+    shape = INPUT_SHAPES[model_name]
+    torch.manual_seed(0)
+    model = DistributedDataParallel(bench_model(model_name, shape), bucket_cap_mb=2.0)
+    comm = Comm.on_group(torch.device("cpu"), parse_net(net))
+    register(model, TopK(ratio), comm=comm, pending=pending)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batches = synthetic_batches(shape, batch_size, seed=rank)
+
+    def step(t: int) -> None:
+        x, y = batches(t)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    for t in range(warmup):
+        step(t)
+    comm.barrier()
+    t0 = time.perf_counter()
+    for t in range(warmup, warmup + steps):
+        step(t)
+    elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64)
+    return comm.reduce_uncounted(elapsed, op="max").item()
+
+
+def _hook_overlap_group(rank: int, world: int, model: str, ratio: float, comm_ratio: float,
+                        latency_ratio: float, batch_size: int, steps: int, warmup: int,
+                        repeats: int) -> list[dict]:
+    compute = statistics.median(time_case(Case(model, "compute"), rank, world, batch_size, steps, warmup)
+                                for _ in range(2))
+    # the network on which the all-gather of the top-k payloads, (p-1) x its bytes per rank, takes
+    # comm_ratio x compute: the all-reduce of p/2 x the payload has that bandwidth term
+    from .compress import TopK
+    payload = TopK(ratio).wire_bytes(grad_bytes(model) // 4)      # all buckets' payloads, to within k's rounding
+    net = scaled_net(compute, world * payload // 2, world, comm_ratio, latency_ratio)
+    rows = []
+    for r in range(repeats):
+        for pending in ((True, False) if r % 2 == 0 else (False, True)):
+            t = _time_hook(rank, model, pending, net, ratio, batch_size, steps, warmup)
+            rows.append(dict(model=model, nproc=world, net=net, repeat=r, future="pending" if pending else "finished",
+                             step_s=t, compute_s=compute))
+    return rows
+
+
+def hook_overlap(model: str = "mlp", nproc: int = 2, ratio: float = 0.01, comm_ratio: float = 1.0,
+                 latency_ratio: float = 0.015, batch_size: int = 16, steps: int = 8, warmup: int = 3,
+                 repeats: int = 4) -> tuple[pd.DataFrame, float]:
+    """What the compression hook's pending future buys (`compress.ddp_hook`): DDP + top-k
+    (`ratio`) on `nproc` ranks over gloo, on a network emulated so that the exchange takes
+    `comm_ratio` x the measured compute (the "10GbE-like" rule of `scaled_net`), the hook returning
+    its pending future or the exchange's finished one, interleaved in one run (`repeats` rounds,
+    the order alternating). Returns the rows (step_s per round and form) and the ratio
+    median(finished) / median(pending): above 1 by what overlapping the exchange with backward saves."""
+    rows = on_ranks(_hook_overlap_group, nproc, model, ratio, comm_ratio, latency_ratio, batch_size, steps,
+                    warmup, repeats, join="gloo", timeout=None)[0]
+    df = pd.DataFrame(rows)
+    med = df.groupby("future").step_s.median()
+    return df, float(med["finished"] / med["pending"])

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", action="store_true",
                    help="time the simulator: every algorithm x 3 models x p = 2..1024 x 3 networks "
                         "(distsgd.timeline.sweep.time_sweep)")
+    b.add_argument("--hook-overlap", action="store_true",
+                   help="DDP + the top-k compression hook returning its pending future vs a finished one "
+                        "(distsgd.bench_schedules.hook_overlap; --nproc, --models' first, --reps, --steps)")
     b.add_argument("--nproc", type=int, default=4, help="hosts / ranks p")
     b.add_argument("--bandwidth", default="200Mbit", help="per-host bandwidth of both sides")
     b.add_argument("--sizes", default="1,8", help="message sizes in MiB, comma separated")
@@ -337,6 +340,18 @@ def cmd_bench_sweep() -> int:
     return 0
 
 
+def cmd_bench_hook_overlap(args: argparse.Namespace) -> int:
+    """`python -m distsgd bench --hook-overlap`: the compression hook's pending vs finished future."""
+    from .bench_schedules import hook_overlap
+
+    df, ratio = hook_overlap(model=args.models.split(",")[0], nproc=args.nproc, batch_size=args.batch_size,
+                             steps=args.steps, warmup=args.warmup, repeats=args.reps)
+    print(df.to_string(index=False))
+    print(f"step time, finished / pending future: {ratio:.3f} (median of {args.reps} rounds each, p = {args.nproc}, "
+          f"network {df.net.iloc[0]})")
+    return 0
+
+
 def cmd_bench_schedules(args: argparse.Namespace) -> int:
     """`python -m distsgd bench`: time every schedule (repeats = --reps), append each row to the
     CSV as it is measured, print the medians (rank 0)."""
@@ -410,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list()
         if args.command == "bench" and args.sweep:
             return cmd_bench_sweep()
+        if args.command == "bench" and args.hook_overlap:
+            return cmd_bench_hook_overlap(args)
         if args.command == "bench" and not args.validate_emulation:
             return cmd_bench_schedules(args)
         if args.command == "bench":

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 DECAY = {"step": 0.1, "stagewise": 0.5}     # the rate's factor from one stage to the next
 STAGED = tuple(DECAY)                       # the schedules whose rate is constant within a stage
+EXTERNAL = "external"   # the schedule of a `distsgd.wrap` config: the user's optimizer and
+                        # scheduler set the rate; lr_at and stage_at are not asked
 STEP_AT = (0.5, 0.75)                       # the step schedule's decays, as fractions of the steps
 
 

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 
 
 def check_sgd(optimizer: torch.optim.Optimizer, algo: str) -> None:
-    """Deferred updates re-implement SGD with momentum and weight decay, nothing else."""
+    """Algorithms that take the update into their own hands (deferred layer-wise updates, SSD-SGD's
+    server) re-implement torch SGD with momentum and weight decay, nothing else."""
     if type(optimizer) is not torch.optim.SGD:
         raise ConfigError("optimizer", type(optimizer).__name__.lower(), ["sgd"],
-                          f"{algo} applies SGD (momentum, weight decay) layer by layer itself")
+                          f"{algo} applies the SGD update (momentum, weight decay) itself")
     for group in optimizer.param_groups:
         if group.get("nesterov") or group.get("dampening") or group.get("maximize"):
             raise ConfigError("optimizer", "sgd with nesterov/dampening/maximize", ["plain sgd"],

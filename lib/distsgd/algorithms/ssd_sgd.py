@@ -7,8 +7,8 @@ Source: the authors' fork as read in SPECS.md h: the timeline of `Push_` / `Pull
 
 Notation: N ranks, g_i this rank's mean gradient over its batch, w_g the server's (global) model,
 v its momentum buffer, L_i this rank's local copy, M_i the model its forward/backward runs on,
-eta the global lr (the run's schedule), eta_l = `local_lr_scale` * eta, mu the run's momentum,
-wd the run's weight decay, applied (as MXNet's default wd_mult does) to the tensors whose name
+eta the global lr (the run's schedule), eta_l = `local_lr_scale` * eta, mu the optimizer's momentum,
+wd its weight decay (torch SGD with one param group: the run's, or the one given to `distsgd.wrap`), applied (as MXNet's default wd_mult does) to the tensors whose name
 ends in ``weight`` only: torch's ``weight`` is MXNet's ``_weight`` (conv, linear) or ``_gamma``
 (norm scale), torch's ``bias`` is MXNet's ``_bias`` or ``_beta``, which get no decay, on the
 server and in the local rules.
@@ -63,6 +63,7 @@ import torch
 from ..errors import ConfigError
 from .base import Algorithm, Param
 from .flat import flatten, unflatten_into
+from .layerwise import check_sgd
 from .inflight import InFlight
 from .period import Period
 from .registry import register
@@ -113,10 +114,14 @@ class SSDSGD(Algorithm):
                               "ssd_sgd runs its own global (momentum SGD) and local optimizers")
 
     def build(self) -> None:
+        check_sgd(self.optimizer, self.name)
+        if len(self.optimizer.param_groups) != 1:
+            raise ConfigError("optimizer", f"{len(self.optimizer.param_groups)} param groups", "one param group",
+                              "ssd_sgd's server and local rules take one lr, momentum and weight decay")
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params_ = [p for _, p in named]
         self.x = [p.data for p in self.params_]                       # M_i
-        wd = self.config.weight_decay
+        wd = self.optimizer.param_groups[0]["weight_decay"]
         self.decay = torch.cat([torch.full((p.numel(),), wd if n.rsplit(".", 1)[-1] == "weight" else 0.0,
                                            dtype=p.dtype, device=p.device) for n, p in named])
         self.odd_tensor = torch.cat([torch.full((p.numel(),), j % 2 == 1, device=p.device)
@@ -139,7 +144,7 @@ class SSDSGD(Algorithm):
 
     def _server(self, gbar: torch.Tensor) -> None:
         """The server's synchronous momentum-SGD step on the global model (torch SGD form)."""
-        self.velocity.mul_(self.config.momentum).add_(gbar).addcmul_(self.decay, self.x_global)
+        self.velocity.mul_(self.optimizer.param_groups[0]["momentum"]).add_(gbar).addcmul_(self.decay, self.x_global)
         self.x_global.add_(self.velocity, alpha=-self.lr)
 
     def _local_rule(self, g: torch.Tensor) -> None:

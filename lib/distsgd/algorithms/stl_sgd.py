@@ -22,6 +22,12 @@ k_0 * 10^(s/2) (non-IID). Generally k_s = k_0 * r^s or k_0 * r^(s/2), r = 1 / `s
 
 Each stage ends with an average, so the next stage starts from the same model on every rank.
 The current period and stage are logged as metrics.
+
+The stages are read from the rate itself (`learning_rate`): a stage ends where the rate falls, and
+lr_ratio = (the highest rate so far) / (the current one), so k_s = k_0 * r^s on the kit's staged
+schedules, and in a user's own loop (`distsgd.wrap`) the user's scheduler sets the stages: a rate
+constant within stages (StepLR, MultiStepLR, ...). A rate that falls every step (cosine) makes
+every step a stage: an average every step.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..schedule import DECAY, STAGED, stage_at
+from ..schedule import EXTERNAL, STAGED
 from .base import Param
 from .local_sgd import LocalSGD
 from .registry import register
@@ -59,26 +65,32 @@ class STLSGD(LocalSGD):
     period: int
     growth: str
 
-    state_fields = ("stage",)
+    state_fields = ("stage", "peak_lr", "last_lr")
     stage: int                          # s, the current stage (the period k_s is clock.length)
+    peak_lr: float                      # the highest rate so far (the end of any warm-up)
+    last_lr: float                      # the rate of the previous step
 
     @classmethod
     def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        if config.schedule not in STAGED:
+        if config.schedule not in (*STAGED, EXTERNAL):
             raise ConfigError("schedule", config.schedule, STAGED,
                               "STL-SGD grows its period at each stage of the learning-rate schedule")
 
     def build(self) -> None:
         super().build()
         self.stage = 0
+        self.peak_lr = self.last_lr = 0.0
 
     def learning_rate(self, step: int, scheduled: float) -> float:
-        """The schedule's rate; fixes this step's stage and period before the step is taken."""
-        stage = stage_at(self.config, step)
-        if stage != self.stage and self.clock.cut():
-            self.average()                      # a new stage starts from the average
-        self.stage = stage
-        self.clock.length = period_for(self.period, DECAY[self.config.schedule] ** -stage, self.growth)
+        """The schedule's rate; fixes this step's stage and period before the step is taken:
+        a new stage where the rate fell, k = period_for(k_0, peak rate / rate)."""
+        if scheduled < self.last_lr:
+            self.stage += 1
+            if self.clock.cut():
+                self.average()                  # a new stage starts from the average
+        self.last_lr = scheduled
+        self.peak_lr = max(self.peak_lr, scheduled)
+        self.clock.length = period_for(self.period, self.peak_lr / scheduled, self.growth)
         return scheduled
 
     def metrics(self) -> dict[str, float]:

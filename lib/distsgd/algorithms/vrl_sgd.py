@@ -86,6 +86,9 @@ class VRLSGD(Algorithm):
                               "vrl_sgd is defined for SGD without momentum")
 
     def build(self) -> None:
+        momenta = sorted({group.get("momentum", 0.0) for group in self.optimizer.param_groups})
+        if momenta != [0]:
+            raise ConfigError("momentum", momenta, "0", "vrl_sgd is defined for SGD without momentum")
         self.params_ = [p for p in self.model.parameters()]
         self.tensors = averaged_tensors(self.model)     # parameters first, then float buffers
         self.n_params = sum(p.numel() for p in self.params_)

@@ -46,18 +46,16 @@ _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp
 
 @dataclass(frozen=True)
 class Group:
-    """A set of ranks that communicate together; `pg` is None for the whole world."""
+    """A set of ranks that communicate together; `pg` is None for the default process group.
+    `scope` tags the ledger entries: "global" for the Comm's whole world, "local" for a subgroup."""
 
     ranks: tuple[int, ...]
     pg: object | None = None
+    scope: str = "local"
 
     @property
     def size(self) -> int:
         return len(self.ranks)
-
-    @property
-    def scope(self) -> str:
-        return "global" if self.pg is None else "local"
 
 
 class Handle:
@@ -91,9 +89,13 @@ class Comm:
     """Collectives with a byte ledger and optional network emulation, for one rank."""
 
     def __init__(self, rank: int, world_size: int, device: torch.device,
-                 net: NetModel | None = None, ring_reduce_scatter: bool = False) -> None:
+                 net: NetModel | None = None, ring_reduce_scatter: bool = False,
+                 group: "dist.ProcessGroup | None" = None, owns_group: bool = False) -> None:
+        """`group`: the process group of all `world_size` ranks (None: the default group);
+        `owns_group`: `close()` destroys the default group (`from_env` joined it)."""
         self.rank, self.world_size, self.device, self.net = rank, world_size, device, net
-        self.world = Group(tuple(range(world_size)))
+        self.world = Group(tuple(range(world_size)), group, "global")
+        self._owns_group = owns_group
         self.ledger = Ledger()
         self.step = 0                       # set by the training loop; tags ledger entries
         self._link_free_at = 0.0
@@ -122,7 +124,22 @@ class Comm:
         if ring_reduce_scatter is None:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             ring_reduce_scatter = backend == "gloo" and local < world
-        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter)
+        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, owns_group=True)
+
+    @classmethod
+    def on_group(cls, device: torch.device, net: NetModel | None = None,
+                 group: "dist.ProcessGroup | None" = None, ring_reduce_scatter: bool = False) -> "Comm":
+        """A Comm on a process group the caller already initialised (a user's script:
+        `distsgd.wrap`, `compress.ddp_hook.register`): the default group, or `group`, which must
+        hold every rank (the algorithms address ranks by their global number). Never calls
+        `init_process_group`; `close()` leaves the group alone."""
+        if not dist.is_initialized():
+            raise RuntimeError("no default process group: call torch.distributed.init_process_group first")
+        world = dist.get_world_size()
+        if group is not None and dist.get_world_size(group) != world:
+            raise ValueError(f"group: a process group of all {world} ranks, got one of "
+                             f"{dist.get_world_size(group)}; the algorithms address ranks by global number")
+        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, group)
 
     def new_group(self, ranks: list[int] | tuple[int, ...]) -> Group:
         """A subgroup; every rank must call this with the same `ranks` (torch.distributed rule)."""
@@ -143,7 +160,7 @@ class Comm:
     def close(self) -> None:
         if self._ring is not None:
             self._ring.close()
-        if dist.is_initialized():
+        if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
 
     # ------------------------------------------------------------------ collectives
@@ -210,18 +227,32 @@ class Comm:
 
     def all_reduce_future(self, tensor: torch.Tensor, op: str = "avg",
                           group: Group | None = None) -> torch.futures.Future:
-        """All-reduce returning a Future (for DDP communication hooks). The future completes
-        no earlier than the modeled time, so DDP's overlap is measured against the emulated network."""
+        """In-place all-reduce returning a Future of `tensor` (for DDP communication hooks)."""
         g = group or self.world
-        entry = self._record("all_reduce", tensor, g)
-        work = dist.all_reduce(tensor, op=_OPS[op], group=g.pg, async_op=True)
+        post = (lambda: tensor.div_(g.size)) if op == "avg" else None
+        return self._future("all_reduce", tensor, g, post, tensor, lambda: dist.all_reduce(
+            tensor, op=_OPS[op], group=g.pg, async_op=True))
+
+    def all_gather_future(self, output: torch.Tensor, input: torch.Tensor,
+                          group: Group | None = None) -> torch.futures.Future:
+        """`all_gather` returning a Future of `output` (for DDP communication hooks)."""
+        g = group or self.world
+        return self._future("all_gather", output, g, None, output, lambda: dist.all_gather_single(
+            output, input, group=g.pg, async_op=True))
+
+    def _future(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
+                result: torch.Tensor, launch: Callable[[], "dist.Work"]) -> torch.futures.Future:
+        """Issue a collective and return a Future of `result` that completes no earlier than the
+        modeled time (after `post`), so DDP's overlap is measured against the emulated network."""
+        entry = self._record(kind, tensor, g)
+        work = launch()
         out: torch.futures.Future = torch.futures.Future()
 
         def finish() -> None:
-            if op == "avg":
-                tensor.div_(g.size)
+            if post is not None:
+                post()
             entry.t_done = time.perf_counter()
-            out.set_result(tensor)
+            out.set_result(result)
 
         def on_done(fut: torch.futures.Future) -> None:
             try:
@@ -240,11 +271,11 @@ class Comm:
 
     def barrier(self) -> None:
         """Synchronise all ranks; not counted in the ledger (used for bookkeeping only)."""
-        dist.barrier()
+        dist.barrier(group=self.world.pg)
 
     def reduce_uncounted(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """All-reduce for bookkeeping (metrics); not in the ledger and never delayed."""
-        dist.all_reduce(tensor, op=_OPS[op])
+        dist.all_reduce(tensor, op=_OPS[op], group=self.world.pg)
         if op == "avg":
             tensor.div_(self.world_size)
         return tensor

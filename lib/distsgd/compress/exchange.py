@@ -5,7 +5,9 @@
                                                    average                      -> (1/p) sum_i C(x_i)
 
 An all-gather of p payloads of w bytes is recorded with nbytes = p*w and, by the ring formula,
-(p-1)*w bytes sent per rank.
+(p-1)*w bytes sent per rank. The exchange is issued asynchronously: `average` returns a Future
+that completes once the collective has (and the emulated network's time has passed), with the
+decompression done in its callback, so a DDP communication hook overlaps it with backward.
 """
 from __future__ import annotations
 
@@ -19,13 +21,16 @@ if TYPE_CHECKING:
     from ..comm import Comm
 
 
-def average(comm: "Comm", compressor: Compressor, payload: torch.Tensor, ctx: Any) -> torch.Tensor:
-    """(1/p) sum over ranks of C(x_rank), given this rank's (payload, ctx) of C(x_rank)."""
+def average(comm: "Comm", compressor: Compressor, payload: torch.Tensor,
+            ctx: Any) -> torch.futures.Future[torch.Tensor]:
+    """A Future of (1/p) sum over ranks of C(x_rank), given this rank's (payload, ctx) of C(x_rank)."""
     if compressor.all_reducible:
-        comm.all_reduce(payload, op="avg")
-        return compressor.decompress(payload, ctx)
+        return comm.all_reduce_future(payload, op="avg").then(lambda fut: compressor.decompress(fut.value(), ctx))
     p = comm.world_size
     gathered = torch.empty(p * payload.numel(), dtype=payload.dtype, device=payload.device)
-    comm.all_gather(gathered, payload)
-    chunks = gathered.view(p, -1)
-    return sum(compressor.decompress(chunks[r], ctx) for r in range(p)) / p
+
+    def mean(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        chunks = fut.value().view(p, -1)
+        return sum(compressor.decompress(chunks[r], ctx) for r in range(p)) / p
+
+    return comm.all_gather_future(gathered, payload).then(mean)
