@@ -3,6 +3,8 @@ with S-SGD, the server error's flush, the ledger's bytes, the evaluated model; a
 as a DDP communication hook."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -190,6 +192,9 @@ def _ddp_with_hooks(rank: int, world: int) -> dict:
         out[hook] = (losses[0], sum(losses[-5:]) / 5,
                      torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())
     out["kinds"] = sorted({e.kind for e in comm.ledger.entries})
+    del model, opt
+    gc.collect()
+    comm.barrier()
     comm.close()
     return out
 
