@@ -161,6 +161,15 @@ def test_ledger_bytes_are_the_papers(runs):
         assert runs[r]["mem_none"]["entries"][0] == averaging        # P-SGD: reduce, broadcast
 
 
+def _close_after_ddp(comm) -> None:
+    """Destroy the group only once the DDP models (freed by the caller) are collected and every
+    rank is past its last collective: otherwise a gloo thread can drop the last reference to the
+    group and abort the rank ('Resource deadlock avoided', 1 run in ~15)."""
+    gc.collect()
+    comm.barrier()
+    comm.close()
+
+
 def _ddp_with_hooks(rank: int, world: int) -> dict:
     """Train a small regression with DDP + our top-k hook, then with PyTorch's PowerSGD hook."""
     from torch.nn.parallel import DistributedDataParallel
@@ -193,9 +202,7 @@ def _ddp_with_hooks(rank: int, world: int) -> dict:
                      torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())
     out["kinds"] = sorted({e.kind for e in comm.ledger.entries})
     del model, opt
-    gc.collect()
-    comm.barrier()
-    comm.close()
+    _close_after_ddp(comm)
     return out
 
 
@@ -256,7 +263,8 @@ def _hook_futures(rank: int, world: int) -> dict:
         out[name] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
         out[name + "_kinds"] = sorted({e.kind for e in state.comm.ledger.entries})
     out["done_when_returned"] = done_when_returned
-    comm.close()
+    del model, opt, state
+    _close_after_ddp(comm)
     return out
 
 
