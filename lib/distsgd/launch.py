@@ -25,6 +25,7 @@ that nothing hangs); only what a rank runs differs. `on_this_rank` is its `env` 
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing
 import os
 import socket
@@ -141,6 +142,7 @@ def spawn(config: Config, run_dir: Path) -> None:
         bar = _ProgressBar(config, run_dir)
         try:
             supervise(procs, run_dir, poll=bar.poll)
+            bar.finish()
         finally:
             bar.close()
 
@@ -294,10 +296,14 @@ def _bare_main() -> Iterator[None]:
 
 
 class _ProgressBar:
-    """A run's progress bar (config.progress), fed from rank 0's progress file."""
+    """A run's progress bar (config.progress), fed from rank 0's progress file: `tqdm.auto`, so a
+    widget in JupyterLab (with ipywidgets) and text in a terminal or under papermill. It disappears
+    when the run ends (``leave=False``); one that stopped early (failed, diverged) stays, red in
+    JupyterLab, at its last step."""
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.file = progress_file(run_dir)
+        self.summary = run_dir / "summary.json"
         self.bar = None
         if config.progress:
             from tqdm.auto import tqdm
@@ -311,6 +317,18 @@ class _ProgressBar:
                 self.bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
             except (ValueError, OSError):
                 pass
+
+    def finish(self) -> None:
+        """The ranks exited cleanly: move the bar to the step the run ended at (its summary's;
+        rank 0 writes the progress file at most every 0.3 s, so its last write is often a step
+        or more behind). Without this, tqdm's notebook bar closes red, as if the run had failed."""
+        if self.bar is None:
+            return
+        try:
+            done = int(json.loads(self.summary.read_text())["steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:
