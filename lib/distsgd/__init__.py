@@ -4,12 +4,13 @@
     result = distsgd.run(algo="local_sgd", params={"period": 4}, nproc=4, steps=300)
     result.metrics      # pandas DataFrame, one row per logged step
     result.summary      # final evaluation and totals
+    distsgd.load_results("results")   # every run under a directory: one pandas row per run
 """
 from .caps import Caps
 from .config import Config
 from .errors import ConfigError, DivergedError, WorkerError
-from .results import Result
+from .results import Result, load_results
 from .runner import run
 
-__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "run"]
+__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "load_results", "run"]
 __version__ = "0.1.0"
