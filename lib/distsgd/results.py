@@ -14,6 +14,9 @@ A run directory `<results>/<name>-<hash>/` holds
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
     checkpoints/   while the run is unfinished: where it resumes (`distsgd.checkpoint`)
+
+`load_results(DIR)` reads every run directory below DIR into one pandas table (one row per run,
+or with metrics=True one per run and logged step); `python -m distsgd results DIR` prints it.
 """
 from __future__ import annotations
 
