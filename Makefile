@@ -5,17 +5,25 @@ PY     := $(VENV)/bin/python
 PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
+CONSTRAINTS := constraints.txt
+KERNEL ?= distsgd
 
-.PHONY: venv test test-unit test-notebooks test-params test-cluster validate reproduce report list clean
+.PHONY: venv kernel test test-unit test-notebooks test-params test-cluster validate reproduce report list clean
 
-# The venv is rebuilt when pyproject.toml changes; pip reads the pins from it.
-$(VENV)/.installed: pyproject.toml
+# The venv is rebuilt when pyproject.toml (the ranges) or constraints.txt (the exact versions the
+# kit is tested with) changes; pip installs the ranges under the constraints.
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[test]"
 	touch $@
 
 venv: $(VENV)/.installed
+
+# A Jupyter kernel named $(KERNEL) running this venv's Python, for JupyterLab elsewhere and for
+# `reproduce/run.py --kernel $(KERNEL)` (installed for this user: ~/.local/share/jupyter/kernels).
+kernel: venv
+	$(PY) -m ipykernel install --user --name $(KERNEL) --display-name "Python ($(KERNEL))"
 
 test: venv
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -29,6 +29,11 @@ with ``--dry-run``):
 The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
 ``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``.
 
+``--kernel NAME`` executes the notebooks with the installed Jupyter kernel NAME (default
+``python3``, the Python running this script); ``make kernel`` installs one named ``distsgd`` that
+runs the checkout's ``.venv``. A name Jupyter does not know is an error (exit 2, the installed
+kernels listed) before any notebook starts.
+
 Dry run (``--dry-run``): every notebook gets ``dry_run=True`` (2 steps per run, claims computed
 but not asserted) and otherwise the profile's parameters, so a typo in a full-profile config
 fails here. What this machine cannot provide is replaced, and only that:
@@ -641,7 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kernel", default="python3", metavar="NAME",
-        help="Jupyter kernel to execute with (default python3)",
+        help="Jupyter kernel to execute with: python3 (the default) is the Python running this "
+        "script; `make kernel` installs one named distsgd (`python -m ipykernel install --user "
+        "--name distsgd`). An unknown name is an error (exit 2) listing the installed kernels",
     )
     parser.add_argument(
         "--log-output", action="store_true",
@@ -663,6 +670,21 @@ def resolve_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     else:
         figures = DEFAULT_FIGURES_DIR
     return out, figures.resolve()
+
+
+def check_kernel(name: str) -> None:
+    """UsageError, before any notebook starts, if no Jupyter kernel `name` is installed where
+    Jupyter looks (jupyter_client's KernelSpecManager: JUPYTER_PATH, the user's and the
+    environment's data directories; python3 is always there, as the Python running this)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    if name not in specs:
+        installed = ", ".join(f"{k} ({v})" for k, v in sorted(specs.items())) or "none"
+        raise UsageError(
+            f"no Jupyter kernel named {name!r}; installed: {installed}. `make kernel` installs one "
+            f"named distsgd for this checkout's .venv (python -m ipykernel install --user --name NAME)"
+        )
 
 
 def kernel_environment(profile: str, figures_dir: Path) -> None:
@@ -733,6 +755,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_only:
         write_report(figures_dir, out_dir, profile.name, names, args.update_readme)
         return 0
+    try:
+        check_kernel(args.kernel)
+    except UsageError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
     kernel_environment(profile.name, figures_dir)
     if args.dry_run:
         try:

@@ -81,13 +81,14 @@ class Project:
     def profile(self, name: str, data: dict) -> None:
         (self.profiles / f"{name}.yaml").write_text(yaml.safe_dump(data))
 
-    def run(self, *args: str, profile: str = "test") -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, profile: str = "test",
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [
             sys.executable, str(RUN_PY), "--profile", profile,
             "--notebooks-dir", str(self.notebooks), "--profiles-dir", str(self.profiles),
             "--figures-dir", str(self.figures), "--out", str(self.out), *args,
         ]
-        env = {k: v for k, v in os.environ.items() if k != "DISTSGD_FIGURES"}
+        env = {**{k: v for k, v in os.environ.items() if k != "DISTSGD_FIGURES"}, **(env or {})}
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
     def summary(self) -> dict[str, dict[str, str]]:
@@ -301,3 +302,36 @@ def test_interrupt_stops_kernels_and_workers_and_names_unfinished_notebooks(proj
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     rows = project.summary()
     assert rows["00_fast"]["status"] == "ok" and rows["01_slow"]["status"] == "INTERRUPTED"
+
+
+def isolated_jupyter(root: Path) -> dict[str, str]:
+    """Jupyter paths under `root` only, so the user's own kernels neither help nor hide anything."""
+    return {"JUPYTER_PATH": str(root / "share" / "jupyter"), "JUPYTER_DATA_DIR": str(root / "data"),
+            "JUPYTER_CONFIG_DIR": str(root / "config"), "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
+
+
+def test_unknown_kernel_fails_before_any_notebook_and_lists_the_installed(project: Project) -> None:
+    proc = project.run("--only", "00", "--kernel", "no-such-kernel", env=isolated_jupyter(project.root / "jup"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no Jupyter kernel named 'no-such-kernel'" in proc.stderr
+    assert "installed: python3 (" in proc.stderr and "make kernel" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not project.out.exists() or not list(project.out.glob("*.ipynb"))    # nothing executed
+
+
+def test_named_kernel_installed_with_ipykernel_executes_the_notebooks(project: Project) -> None:
+    """What `make kernel` does (ipykernel install --name), into a prefix Jupyter is pointed at; the
+    kernel spec sets a variable that only a kernel started from it has."""
+    jup = isolated_jupyter(project.root / "jup")
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(project.root / "jup"),
+                    "--name", "distsgd-test", "--display-name", "Python (distsgd-test)",
+                    "--env", "KERNEL_MARK", "from-distsgd-test"],
+                   check=True, capture_output=True, env={**os.environ, **jup})
+    make_notebook(project.notebooks / "03_kernel.ipynb", PARAMETERS,
+                  "import os, sys\nprint('mark', os.environ.get('KERNEL_MARK'), sys.executable)")
+    proc = project.run("--only", "03", "--kernel", "distsgd-test", env=jup)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    executed = nbformat.read(project.out / "03_kernel.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
+    assert f"mark from-distsgd-test {sys.executable}" in printed
+    assert project.summary()["03_kernel"]["status"] == "ok"

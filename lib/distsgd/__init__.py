@@ -4,6 +4,7 @@
     result = distsgd.run(algo="local_sgd", params={"period": 4}, nproc=4, steps=300)
     result.metrics      # pandas DataFrame, one row per logged step
     result.summary      # final evaluation and totals
+    distsgd.load_results("results")   # every run under a directory: one pandas row per run
 
 or any algorithm in one's own torchrun script (`distsgd.wrap`):
 
@@ -14,9 +15,10 @@ or any algorithm in one's own torchrun script (`distsgd.wrap`):
 from .caps import Caps
 from .config import Config
 from .errors import ConfigError, DivergedError, WorkerError
-from .results import Result
+from .results import Result, load_results
 from .runner import run
 from .wrap import finalize, wrap
 
-__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "finalize", "run", "wrap"]
+__all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "finalize", "load_results",
+           "run", "wrap"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,bench,profile,simulate,worker}`."""
+"""Command line: `python -m distsgd {train,list,show,results,bench,profile,simulate,worker}`."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   python -m distsgd train --algo ddp --partition dirichlet:0.3 --out /tmp/runs
   torchrun --nproc-per-node 8 -m distsgd train --launcher env --backend nccl --model resnet18 --data cifar10
   python -m distsgd list
+  python -m distsgd results results/ --csv runs.csv
   python -m distsgd profile --model resnet18 --batch-size 16 --threads 1 --out resnet18.csv
   python -m distsgd profile --model resnet50 --batch-size 64 --input-shape 3x224x224 --project V100-fp32
   python -m distsgd simulate --model resnet50 --device V100-fp32 --algos ssgd,dear --nprocs 16,64 --net 10GbE,IB-EDR --csv sim.csv
@@ -55,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="print the summary of a finished run directory")
     s.add_argument("run_dir", type=Path)
+
+    res = sub.add_parser("results", help="every run under a directory as one table (distsgd.load_results)")
+    res.add_argument("directory", type=Path, help="searched recursively for run directories")
+    res.add_argument("--csv", type=Path, default=None, metavar="F",
+                     help="write the whole table (every column) to this CSV file")
+    res.add_argument("--metrics", action="store_true",
+                     help="the per-step table instead: one row per run and logged step")
 
     b = sub.add_parser("bench", help="benchmarks; --validate-emulation: the emulated network vs a "
                                      "real shaped one (root: network namespaces + tc tbf)",
@@ -181,6 +189,40 @@ def cmd_show(run_dir: Path) -> int:
 
     r = Result.load(run_dir)
     _print_summary(r.path, r.summary)
+    return 0
+
+
+# what `results` prints of the run table (the CSV has every column)
+RESULT_COLUMNS = ("run", "status", "algo", "nproc", "steps", "steps_done", "final_train_loss", "final_test_acc",
+                  "comm_bytes", "train_s")
+
+
+def cmd_results(directory: Path, csv: Path | None, metrics: bool) -> int:
+    """`python -m distsgd results DIR`: print the runs (the config columns that differ between
+    them and the main totals; every column with --csv F) or, with --metrics, the per-step table."""
+    import pandas as pd
+
+    from .results import load_results
+
+    df = load_results(directory, metrics=metrics)
+    if csv is not None:
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(csv, index=False)
+    if metrics:
+        with pd.option_context("display.width", 200, "display.max_columns", 12):
+            print(df)
+    else:
+        config = {f.name for f in dataclasses.fields(Config)}
+        varying = [c for c in df.columns if c.split(".")[0] in config and c not in RESULT_COLUMNS
+                   and df[c].map(repr).nunique() > 1]
+        shown = [c for c in RESULT_COLUMNS if c in df.columns]
+        shown = shown[:3] + varying + shown[3:]
+        print(df[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    states = df.drop_duplicates("run").status.value_counts()
+    print(f"{df.run.nunique()} run(s) under {directory}: "
+          + ", ".join(f"{n} {status}" for status, n in states.items())
+          + (f"; {len(df)} logged steps" if metrics else "")
+          + (f"; wrote {csv} ({len(df.columns)} columns)" if csv is not None else ""))
     return 0
 
 
@@ -438,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_simulate(args)
         if args.command == "show":
             return cmd_show(args.run_dir)
+        if args.command == "results":
+            return cmd_results(args.directory, args.csv, args.metrics)
         return cmd_worker(args.run_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@ that nothing hangs); only what a rank runs differs. `on_this_rank` is its `env` 
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing
 import os
 import socket
@@ -141,6 +142,7 @@ def spawn(config: Config, run_dir: Path) -> None:
         bar = _ProgressBar(config, run_dir)
         try:
             supervise(procs, run_dir, poll=bar.poll)
+            bar.finish()
         finally:
             bar.close()
 
@@ -294,14 +296,27 @@ def _bare_main() -> Iterator[None]:
 
 
 class _ProgressBar:
-    """A run's progress bar (config.progress), fed from rank 0's progress file."""
+    """A run's progress bar (config.progress), fed from rank 0's progress file: `tqdm.auto`, so a
+    widget in a Jupyter kernel with ipywidgets (JupyterLab draws it) and text in a terminal. It
+    disappears when the run ends (``leave=False``); one that stopped early (failed, diverged) stays,
+    red in JupyterLab, at its last step. A finished run's widget output is replaced by an empty one,
+    so that a saved notebook (papermill's, or yours reopened after its kernel stopped) holds no
+    reference to the closed widget ("Error displaying widget: model not found" in JupyterLab)."""
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.file = progress_file(run_dir)
+        self.summary = run_dir / "summary.json"
         self.bar = None
+        self.display = None         # the widget's output (IPython DisplayHandle), in a notebook
         if config.progress:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=config.steps, desc=config.run_name(), unit="step", leave=False)
+            kwargs: dict[str, Any] = dict(total=config.steps, desc=config.run_name(), unit="step", leave=False)
+            if _is_notebook_tqdm(tqdm):
+                from IPython.display import display
+                self.bar = tqdm(**kwargs, display=False)
+                self.display = display(self.bar.container, display_id=True)
+            else:
+                self.bar = tqdm(**kwargs)
 
     def poll(self) -> None:
         if self.bar is not None and self.file.exists():
@@ -312,9 +327,34 @@ class _ProgressBar:
             except (ValueError, OSError):
                 pass
 
+    def finish(self) -> None:
+        """The ranks exited cleanly: move the bar to the step the run ended at (its summary's;
+        rank 0 writes the progress file at most every 0.3 s, so its last write is often a step
+        or more behind). Without this, tqdm's notebook bar closes red, as if the run had failed."""
+        if self.bar is None:
+            return
+        try:
+            done = int(json.loads(self.summary.read_text())["steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.bar.update(done - self.bar.n)
+
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        if self.bar is None:
+            return
+        finished = bool(self.bar.total) and self.bar.n >= self.bar.total
+        self.bar.close()
+        if self.display is not None and finished:
+            self.display.update({"text/plain": ""}, raw=True)
+
+
+def _is_notebook_tqdm(tqdm: type) -> bool:
+    """Whether `tqdm.auto` chose the ipywidgets bar (a Jupyter kernel with ipywidgets)."""
+    try:
+        from tqdm.notebook import tqdm_notebook
+    except ImportError:
+        return False
+    return issubclass(tqdm, tqdm_notebook)
 
 
 def supervise(procs: list[BaseProcess], run_dir: Path, poll: Callable[[], None] | None = None,

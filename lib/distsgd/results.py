@@ -14,9 +14,13 @@ A run directory `<results>/<name>-<hash>/` holds
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
     checkpoints/   while the run is unfinished: where it resumes (`distsgd.checkpoint`)
+
+`load_results(DIR)` reads every run directory below DIR into one pandas table (one row per run,
+or with metrics=True one per run and logged step); `python -m distsgd results DIR` prints it.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -68,6 +72,11 @@ def read_summary(path: Path) -> dict[str, Any]:
     """A summary written by `write_json_atomic` (a run's, or a rank's final metrics): its
     top-level nulls, which are NaNs (e.g. the test accuracy of a regression), read back as NaN."""
     return {k: math.nan if v is None else v for k, v in json.loads(path.read_text()).items()}
+
+
+def read_config(run_dir: Path) -> Config:
+    """The Config of a run directory (its config.json)."""
+    return Config.from_dict(json.loads((run_dir / "config.json").read_text()))
 
 
 def finite_or_null(obj: Any) -> Any:
@@ -247,8 +256,7 @@ class Result:
     @classmethod
     def load(cls, path: Path | str) -> "Result":
         path = Path(path)
-        config = Config.from_dict(json.loads((path / "config.json").read_text()))
-        return cls(path, config, read_summary(path / "summary.json"),
+        return cls(path, read_config(path), read_summary(path / "summary.json"),
                    pd.read_csv(path / "metrics.csv"))
 
     @property
@@ -283,3 +291,116 @@ class Result:
         return (f"Result({self.label}, steps={s['steps']}, final_train_loss={s['final_train_loss']:.4f}, "
                 f"final_test_acc={s['final_test_acc']:.4f}, comm_bytes={s['comm_bytes']:.3g}, "
                 f"train_s={s['train_s']:.1f}, path={self.path})")
+
+
+# --------------------------------------------------------------------------- every run as one table
+
+# Summary keys that repeat the config (the config's columns hold them) or are renamed.
+_SUMMARY_SKIP = ("algo", "params", "nproc", "status", "config_hash", "code_version")
+_ENV_COLUMNS = ("git_commit", "git_dirty", "torch", "python", "hostname", "cpu_count", "cuda_available")
+
+
+def find_runs(directory: Path | str) -> list[Path]:
+    """The run directories (those holding a config.json) at or anywhere below `directory`, sorted."""
+    root = Path(directory)
+    return sorted(p.parent for p in root.rglob("config.json")
+                  if not {"ranks", "checkpoints"} & set(p.relative_to(root).parts[:-1]))
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of dotted keys: {"params": {"period": 4}} -> {"params.period": 4}."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        elif not isinstance(v, dict):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def run_status(run_dir: Path) -> str:
+    """"finished" or "diverged" (the summary's); without a summary, "stopped" (every rank saved a
+    checkpoint on SIGTERM/SIGUSR1 and stopped: running it again resumes), "failed" (a rank left
+    its traceback) or "unfinished" (still running, or killed before it could say why)."""
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        return str(read_summary(summary).get("status", "finished"))
+    errors = sorted((run_dir / "ranks").glob("error_rank*.txt")) if (run_dir / "ranks").is_dir() else []
+    if not errors:
+        return "unfinished"
+    last_lines = [(e.read_text().strip().splitlines() or [""])[-1] for e in errors]
+    return "stopped" if all(line.startswith("distsgd.errors.Preempted") for line in last_lines) else "failed"
+
+
+def _run_row(run_dir: Path) -> dict[str, Any]:
+    """One row of `load_results`: run, status, the config's fields (dicts flattened: params.period),
+    the summary's totals (steps_done: the steps it ran), hash, code version, env.* and path."""
+    config = read_config(run_dir)
+    summary = read_summary(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else {}
+    env = json.loads((run_dir / "env.json").read_text()) if (run_dir / "env.json").is_file() else {}
+    row: dict[str, Any] = {"run": run_dir.name, "status": run_status(run_dir)}
+    row.update(flatten(config.to_dict()))
+    for key, value in summary.items():
+        if key not in _SUMMARY_SKIP:
+            row.update(flatten({"steps_done" if key == "steps" else key: value}))
+    row["config_hash"] = summary.get("config_hash", config.hash())
+    row["code_version"] = summary.get("code_version", env.get("code_version"))
+    row.update({f"env.{k}": env[k] for k in _ENV_COLUMNS if k in env})
+    row["path"] = str(run_dir)
+    return row
+
+
+def load_results(directory: Path | str, metrics: bool = False) -> pd.DataFrame:
+    """Every run under `directory` (searched recursively: a results root, a notebook's `out`) as
+    one tidy pandas table, for your own analysis and plots.
+
+    One row per run: ``run`` (the directory's name), ``status`` ("finished", "diverged",
+    "stopped", "failed", "unfinished": `run_status`), every `Config` field as a column (``algo``, ``nproc``, ``lr``, ...;
+    dict fields flattened with dots: ``params.period``, ``model_options.hidden``), the summary's
+    final evaluation and totals (``final_train_loss``, ``final_test_acc``, ``comm_bytes``,
+    ``train_s``, ``step_time_s``, ..., ``steps_done``: the steps it ran; NaN for a run without a
+    summary), ``config_hash``, ``code_version``, ``env.*`` (git commit, torch, host) and ``path``.
+
+    ``metrics=True``: instead, the long table of every logged step (metrics.csv) of every run that
+    has one (finished or diverged), one row per run and step, with the run's ``run``, ``status``
+    and config columns first (a logged column named like a config field gets ``_at_step``:
+    ``lr_at_step`` is the scheduled learning rate, ``lr`` the config's peak), ready for e.g. ``seaborn.lineplot(df, x="step", y="train_loss",
+    hue="algo")``.
+
+    Raises ConfigError when `directory` does not exist or holds no run."""
+    root = Path(directory)
+    if not root.is_dir():
+        from .errors import ConfigError
+        raise ConfigError("directory", str(root), hint="no such directory")
+    runs = find_runs(root)
+    if not runs:
+        from .errors import ConfigError
+        raise ConfigError("directory", str(root),
+                          hint="holds no run: no folder with a config.json, as distsgd.run writes, at or below it")
+    rows = [_run_row(r) for r in runs]
+    if not metrics:
+        return _ordered(pd.DataFrame(rows))
+    fields = {f.name for f in dataclasses.fields(Config)}
+    frames = []
+    for run_dir, row in zip(runs, rows):
+        if (run_dir / "metrics.csv").is_file():
+            steps = pd.read_csv(run_dir / "metrics.csv")
+            steps = steps.rename(columns={c: f"{c}_at_step" for c in steps.columns if c in fields})
+            ids = {k: v for k, v in row.items() if k in ("run", "status") or k.split(".")[0] in fields}
+            frames.append(pd.concat([pd.DataFrame({k: [v] * len(steps) for k, v in ids.items()},
+                                                  index=steps.index), steps], axis=1))
+    if not frames:
+        return pd.DataFrame(columns=["run", "status", *sorted(fields), "step"])
+    return _ordered(pd.concat(frames, ignore_index=True))
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns in a fixed order: run, status, the config's fields in Config's order (a dict field's
+    keys sorted in its place), then the rest as found (totals, or the logged metrics), then
+    config_hash, code_version, env.*, path."""
+    head = ["run", "status"]
+    for f in dataclasses.fields(Config):
+        head += [f.name] if f.name in df else sorted(c for c in df.columns if c.startswith(f.name + "."))
+    tail = [c for c in ("config_hash", "code_version") if c in df]
+    tail += [c for c in df.columns if c.startswith("env.")] + (["path"] if "path" in df else [])
+    return df[[*head, *(c for c in df.columns if c not in head and c not in tail), *tail]]
