@@ -219,3 +219,29 @@ def _agree_beside_an_inflight_collective(rank, world):
 @pytest.mark.multiproc
 def test_agreement_does_not_queue_behind_the_data_plane():
     assert all(run_ranks(_agree_beside_an_inflight_collective, 2, timeout=60))
+
+
+def _settle(rank, world):
+    """Rank 1 arrives 0.5 s late; how long each rank's first and second `settle` waited."""
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), None, 60)
+    if rank == 1:
+        time.sleep(0.5)
+    waited = []
+    for _ in range(2):                  # the second call is a rendezvous of its own
+        t0 = time.perf_counter()
+        comm.settle()
+        waited.append(time.perf_counter() - t0)
+        if rank == 0:
+            time.sleep(0.3)
+    comm.close()
+    return waited
+
+
+@pytest.mark.multiproc
+def test_settle_returns_once_every_rank_has_arrived():
+    """`Comm.settle` (the end of `distsgd.finalize`): no rank leaves before the last arrives."""
+    first, second = zip(*run_ranks(_settle, 3))
+    assert first[0] > 0.4 and first[2] > 0.4, first          # waited for rank 1, 0.5 s late
+    assert second[1] > 0.2 and second[2] > 0.2, second       # then for rank 0, 0.3 s late

@@ -171,8 +171,9 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: str, *,
 
 def finalize(model: torch.nn.Module, optimizer: DistributedOptimizer) -> None:
     """The algorithm's `finalize()`: in-flight communication drained, pending updates applied,
-    the final average taken (local SGD and its kin), so every rank holds the model to evaluate.
-    `model` and `optimizer` are what `wrap` returned."""
+    the final average taken (local SGD and its kin), so every rank holds the model to evaluate;
+    it returns once every rank has completed its collectives (`Comm.settle`), so that a script may
+    exit or tear its group down right after it. `model` and `optimizer` are what `wrap` returned."""
     if not isinstance(optimizer, DistributedOptimizer):
         raise TypeError(f"distsgd.finalize: the optimizer returned by distsgd.wrap, got {type(optimizer).__name__}")
     algo = optimizer.algorithm
@@ -180,3 +181,4 @@ def finalize(model: torch.nn.Module, optimizer: DistributedOptimizer) -> None:
         raise ValueError("distsgd.finalize: `model` is not the model distsgd.wrap returned with this optimizer")
     algo.finalize()
     algo.comm.assert_drained()
+    algo.comm.settle()          # every rank past its last collective: evaluating, exiting are safe
