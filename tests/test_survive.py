@@ -277,3 +277,43 @@ def test_train_sbatch_without_a_signal_exits_with_the_steps_status(tmp_path):
                           text=True, timeout=30)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert not any("requeue" in c for c in (tmp_path / "calls.log").read_text().splitlines())
+
+
+# ---------------------------------------------------------------------------------- TensorBoard
+@pytest.mark.multiproc
+def test_tensorboard_scalars_are_rank0s_logged_rows(tmp_path, monkeypatch):
+    """--tensorboard: RUN_DIR/tensorboard holds rank 0's logged rows, one tag per column, at their
+    steps; a run resumed at step 8 purges what its killed attempt wrote after it (step 9)."""
+    pytest.importorskip("tensorboard", reason="the optional tensorboard package is not installed "
+                                              "(pip install 'distsgd[tensorboard]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    fields = dict(RUN, algo="ssgd", out=str(tmp_path), checkpoint_every=4, tensorboard=True)
+    monkeypatch.setenv(FAULT_ENV, "1:10:kill")
+    with pytest.raises(WorkerError):
+        distsgd.run(**fields)
+    monkeypatch.delenv(FAULT_ENV)
+    result = distsgd.run(**fields)
+    board = EventAccumulator(str(result.path / "tensorboard"))
+    board.Reload()
+    rows = read_metrics(result.path / "ranks" / "metrics_rank0.csv")
+    assert {"train_loss", "comm_bytes", "test_acc", "lr"} <= set(board.Tags()["scalars"])
+    for tag in ("train_loss", "comm_bytes"):
+        events = board.Scalars(tag)
+        assert [e.step for e in events] == rows["step"].tolist() == [3, 6, 9, 12], tag
+        assert [e.value for e in events] == pytest.approx(rows[tag].tolist(), rel=1e-6), tag
+    assert [e.step for e in board.Scalars("test_acc")] == [6, 12]     # NaN between evaluations: none
+
+
+def test_tensorboard_without_its_package_is_refused_before_the_run(monkeypatch):
+    import importlib.util
+
+    from distsgd import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"invalid tensorboard=True.*pip install 'distsgd\[tensorboard\]'"):
+        distsgd.Config(tensorboard=True).validate()
+    with pytest.raises(ConfigError, match="invalid tensorboard='yes'; allowed: true or false"):
+        distsgd.Config(tensorboard="yes").validate()

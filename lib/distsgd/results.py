@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -142,7 +143,10 @@ def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> None:
         for f in ranks.iterdir():
             f.unlink()
     ranks.mkdir(parents=True, exist_ok=True)
-    checkpoint.keep(run_dir, checkpoint.latest(run_dir, config) if resume else None)
+    latest = checkpoint.latest(run_dir, config) if resume else None
+    checkpoint.keep(run_dir, latest)
+    if latest is None:                  # a fresh start: no TensorBoard scalars of an earlier one
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment_info())
 
@@ -230,6 +234,25 @@ def read_metrics(path: Path) -> pd.DataFrame:
     if not text.endswith("\n"):
         text = text[:text.rfind("\n") + 1]
     return pd.read_csv(io.StringIO(text)) if text.strip() else pd.DataFrame()
+
+
+def board_writer(run_dir: Path, start: int) -> Any:
+    """Rank 0's TensorBoard writer (`--tensorboard`) into RUN_DIR/tensorboard. A run resumed at
+    step `start` purges the scalars its crashed attempt wrote after that step."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:            # validated before the run: only a changed environment
+        from .config import TENSORBOARD_HINT
+        raise ImportError(f"--tensorboard {TENSORBOARD_HINT}") from e
+    return SummaryWriter(str(run_dir / "tensorboard"), purge_step=start + 1 if start else None)
+
+
+def board_scalars(board: Any, row: dict[str, Any]) -> None:
+    """A logged row as scalars, one tag per column, at its step (NaNs, no evaluation, left out)."""
+    for key, value in row.items():
+        if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+            board.add_scalar(key, value, row["step"])
+    board.flush()
 
 
 def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger) -> None:

@@ -128,6 +128,7 @@ class Trainer:
         self.window_n, self.eval_s, self.elapsed_s = 0, 0.0, 0.0
         self.divergence = DivergenceCheck(self.model, comm, c.on_nan)
         start = self.resume()
+        board = results.board_writer(self.run_dir, start) if c.tensorboard and comm.rank == 0 else None
         progress = _Progress(self.progress_file, c.steps, c.progress and comm.rank == 0)
         batches = self.batches(start)
         loss_of = partial(loss_fn, self.ds)
@@ -163,6 +164,8 @@ class Trainer:
                             row["train_objective"] = self.objective()
                     self.eval_s += time.perf_counter() - te
                 self.metrics.append(row)
+                if board is not None:
+                    results.board_scalars(board, row)
                 progress.update(done, row["train_loss"])
                 stop = self.divergence.check(done, self.window)
                 self.window.zero_()
@@ -184,6 +187,8 @@ class Trainer:
         progress.close()
         final = self.final_metrics(train_s)
         self.metrics.close()
+        if board is not None:
+            board.close()
         results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger)
         comm.barrier()
         if comm.rank == 0:
