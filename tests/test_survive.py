@@ -99,7 +99,7 @@ def test_show_reads_a_run_while_it_runs(tmp_path):
            "--log-every", "2", "--eval-every", "0", "--net", "10Mbit,1ms", "--no-progress",
            "--out", str(out)]
     proc = subprocess.Popen(cmd, env=PYTHON_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         rows = None
@@ -116,11 +116,19 @@ def test_show_reads_a_run_while_it_runs(tmp_path):
         output, _ = proc.communicate(timeout=180)
         assert proc.returncode == 0, output
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop_group(proc)
     shown = _show(rows[0].parent.parent)
     assert re.search(r"ranks x steps +2 x 30", shown), shown
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of `proc`'s session (started with start_new_session): a test that fails
+    or times out leaves no rank or stub behind."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _free_port() -> int:
@@ -147,10 +155,14 @@ def test_torchrun_template_restarts_and_resumes_bitwise(tmp_path):
             "--eval-every", "6", "--no-progress", "--checkpoint-every", "4",
             "--out", str(tmp_path / "torchrun")]
     t0 = time.perf_counter()
-    proc = subprocess.run(["bash", str(REPO / "reproduce" / "torchrun.sh"), *args], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.Popen(["bash", str(REPO / "reproduce" / "torchrun.sh"), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        _stop_group(proc)
     print(f"torchrun with a restart: {time.perf_counter() - t0:.1f} s")
-    log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     assert f"{FAULT_ENV}: kill at step 10" in log, log[-6000:]      # the first attempt did fail
     assert "up to 1 restart(s)" in log
@@ -214,15 +226,16 @@ def test_train_sbatch_asks_for_requeue_and_a_warning_signal():
 
 
 def _stub_slurm(tmp_path: Path, srun_exit: str = "") -> dict[str, str]:
-    """A PATH with stub srun (records its arguments, records a SIGTERM and exits 143 on it;
-    with $STUB_SRUN_EXIT, exits with that at once) and scontrol (records its arguments; `show
+    """A PATH with stub srun (records its arguments and $TORCHELASTIC_SIGNALS_TO_HANDLE, records
+    a SIGUSR1 and exits 138 on it; with $STUB_SRUN_EXIT, exits with that at once) and scontrol (records its arguments; `show
     hostnames` prints node0), and the job's variables."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(f"""#!/usr/bin/env bash
 echo "srun $*" >> {log}
+echo "torchrun handles $TORCHELASTIC_SIGNALS_TO_HANDLE" >> {log}
 [[ -n "${{STUB_SRUN_EXIT:-}}" ]] && exit "$STUB_SRUN_EXIT"
-trap 'echo "srun: SIGTERM" >> {log}; exit 143' TERM
+trap 'echo "srun: SIGUSR1" >> {log}; exit 138' USR1
 touch {tmp_path}/started
 while :; do sleep 0.05; done
 """)
@@ -245,12 +258,14 @@ exit 0
 
 
 def test_train_sbatch_forwards_usr1_to_the_step_and_requeues(tmp_path):
-    """SIGUSR1 to the batch script (what --signal=B:USR1@120 sends): srun gets SIGTERM (which it
-    forwards to torchrun and the ranks), the script waits for the step, requeues the job and
-    exits 0."""
+    """SIGUSR1 to the batch script (what --signal=B:USR1@120 sends): srun gets SIGUSR1 (which it
+    passes to the step; srun would kill the step on a SIGTERM), torchrun is told to pass it on
+    to its ranks, the script waits for the step, requeues the job and exits 0.
+    test_cluster_slurm.py runs the same on a real SLURM."""
     env = _stub_slurm(tmp_path)
     proc = subprocess.Popen(["bash", str(SBATCH), "--algo", "ssgd", "--out", "results/x"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while not (tmp_path / "started").exists() and time.monotonic() < deadline:
@@ -259,16 +274,16 @@ def test_train_sbatch_forwards_usr1_to_the_step_and_requeues(tmp_path):
         proc.send_signal(signal.SIGUSR1)
         output, _ = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop_group(proc)
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert proc.returncode == 0, output
     srun = next(c for c in calls if c.startswith("srun "))
     assert "torchrun" in srun and "--max-restarts 0" in srun and "--rdzv-id 77" in srun
     assert srun.endswith("-m distsgd train --launcher env --backend gloo --algo ssgd --out results/x")
-    assert calls[calls.index(srun) + 1:] == ["srun: SIGTERM", "scontrol requeue 77"], calls
-    assert "requeued (the step ended with status 143)" in output, output
+    assert calls[calls.index(srun) + 1:] == [
+        "torchrun handles SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "srun: SIGUSR1",
+        "scontrol requeue 77"], calls
+    assert "requeued (the step ended with status 138)" in output, output
 
 
 def test_train_sbatch_without_a_signal_exits_with_the_steps_status(tmp_path):
