@@ -16,10 +16,19 @@
 # --nproc as an ambiguous abbreviation of its --nproc-per-node. With --launcher env,
 # distsgd takes the number of processes from WORLD_SIZE.
 #
+# Restarts: with MAX_RESTARTS=N torchrun restarts every rank of the job up to N times when one
+# fails (`torchrun --max-restarts`). Each restart runs the same command with the same --out, so
+# with --checkpoint-every it resumes from the run's last complete checkpoint and ends as an
+# uninterrupted run would (tests/test_survive.py); without, it starts again from step 0. A
+# failure that is no accident (a diverged run, a bad input) fails N + 1 times.
+#   MAX_RESTARTS=3 BACKEND=gloo NPROC_PER_NODE=2 reproduce/torchrun.sh --model mlp \
+#       --steps 2000 --checkpoint-every 100 --out results/cpu
+#
 # Variables (defaults in brackets):
 #   NNODES [1]  NODE_RANK [0]  MASTER_ADDR [127.0.0.1]  MASTER_PORT [29500]
 #   NPROC_PER_NODE [number of GPUs nvidia-smi lists, else 2]
 #   BACKEND [nccl when GPUs are found, else gloo]
+#   MAX_RESTARTS [0]  restarts of the job's ranks after a failure
 #   NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME  network interface for multi-node runs [unset]
 set -euo pipefail
 
@@ -32,6 +41,7 @@ NNODES="${NNODES:-1}"
 NODE_RANK="${NODE_RANK:-0}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
+MAX_RESTARTS="${MAX_RESTARTS:-0}"
 if (( gpus > 0 )); then
     NPROC_PER_NODE="${NPROC_PER_NODE:-$gpus}"
     BACKEND="${BACKEND:-nccl}"
@@ -45,12 +55,13 @@ if [[ "$BACKEND" == nccl ]]; then
 fi
 
 echo "node $NODE_RANK of $NNODES: $NPROC_PER_NODE rank(s), backend $BACKEND," \
-     "master $MASTER_ADDR:$MASTER_PORT" >&2
+     "master $MASTER_ADDR:$MASTER_PORT, up to $MAX_RESTARTS restart(s)" >&2
 
 exec torchrun \
     --nnodes "$NNODES" \
     --node-rank "$NODE_RANK" \
     --nproc-per-node "$NPROC_PER_NODE" \
+    --max-restarts "$MAX_RESTARTS" \
     --master-addr "$MASTER_ADDR" \
     --master-port "$MASTER_PORT" \
     -m distsgd train --launcher env --backend "$BACKEND" "$@"

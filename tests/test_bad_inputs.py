@@ -101,6 +101,7 @@ RUN_ONLY: list[tuple[str, dict, str]] = [
     ("lr-string", dict(lr="0.1"), "lr"),
     ("timeout-bool", dict(timeout_s=True), "timeout_s"),
     ("on-nan-unknown", dict(on_nan="ignore"), "on_nan"),
+    ("tensorboard-not-bool", dict(tensorboard="yes"), "tensorboard"),
 ]
 # Run by a subprocess too, end to end (the formerly failing kinds).
 SUBPROCESS = ("batch-over-shard", "cocod-weighted-batch", "cifar10-missing", "imagenet-no-val",

@@ -10,6 +10,7 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
+from distsgd.results import run_state
 from distsgd.worker import FAULT_ENV
 from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 
@@ -69,6 +70,9 @@ def test_a_signalled_run_saves_a_checkpoint_and_resumes_from_it(tmp_path, monkey
         distsgd.run(out=str(tmp_path / "resumed"), **fields)
     checkpoints = tmp_path / "resumed" / straight.path.name / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-9"]
+    state = run_state(checkpoints.parent)           # what `python -m distsgd show` prints
+    assert (state.status, state.checkpoint, state.last_steps) == ("stopped", 9, {0: 9, 1: 9})
+    assert "stopped by a signal (SIGTERM or SIGUSR1) after step 9" in state.detail
     monkeypatch.setenv(FAULT_ENV, "1:7:raise")      # never met by a run resumed at step 9
     resumed = distsgd.run(out=str(tmp_path / "resumed"), **fields)
     want, got = straight.state_dict(), resumed.state_dict()

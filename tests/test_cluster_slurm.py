@@ -10,7 +10,10 @@ Then, as a user would (README, "On a cluster"):
 - ``PROFILE=quick ONLY=00 sbatch reproduce/slurm/papermill.sbatch``: the executed notebook, its
   figures, claims table and summary.csv must exist and the notebook must have run;
 - ``BACKEND=gloo GPUS_PER_NODE=2 sbatch --gpus-per-node=0 reproduce/slurm/train.sbatch ...``:
-  srun starts torchrun, which starts 2 ranks; the run's summary must say 2 ranks.
+  srun starts torchrun, which starts 2 ranks; the run's summary must say 2 ranks;
+- the same template sent the time-limit warning (SIGUSR1 to the batch shell, as
+  ``--signal=B:USR1@120`` sends it): the ranks save a checkpoint and stop, the job requeues
+  itself, and its second start resumes from that checkpoint and finishes the run.
 
 The notebook job writes its runs to the repository's results/ (the default), where the
 notebook tests of `make test` then find and reuse them, so CI pays for notebook 00 once.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -226,3 +230,44 @@ def test_plain_srun_two_tasks(slurm, tmp_path) -> None:
     (run,) = [d for d in out.iterdir() if d.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["nproc"] == 2 and summary["collectives"] > 0
+
+
+def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_path) -> None:
+    """The signal `--signal=B:USR1@120` sends before the time limit, sent now (`scancel --signal
+    USR1 --batch`): the ranks save a checkpoint and stop, the script requeues the job, and the
+    job's second start resumes from that checkpoint and finishes the run."""
+    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2"}
+    out, log = tmp_path / "requeue", tmp_path / "requeue.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--nodes=1", "--gpus-per-node=0",
+                          "--cpus-per-task=1", "reproduce/slurm/train.sbatch", "--algo", "ssgd",
+                          "--model", "mlp", "--data", "digits", "--steps", "60", "--log-every", "2",
+                          "--eval-every", "0", "--checkpoint-every", "50", "--net", "10Mbit,1ms",
+                          "--no-progress", "--out", str(out)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+                         check=True).stdout.strip().split(";")[0]
+
+    def state() -> str:
+        return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+
+    try:
+        _wait(lambda: any(len(f.read_text().splitlines()) > 3
+                          for f in out.glob("*/ranks/metrics_rank0.csv")), 300, "no rows logged")
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=env, check=True, timeout=30)
+        _wait(lambda: state() == "PENDING", 120, "the job was not requeued")
+        # SLURM holds a requeued job back for about 2 minutes (seen here: 164 s): start it now
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True,
+                       timeout=30)
+        _wait(lambda: state() == "", JOB_TIMEOUT_S, "the requeued job did not end")
+    finally:
+        if state():
+            subprocess.run(["scancel", job], env=env, timeout=30)
+    text = log.read_text()
+    assert "SIGUSR1 (time limit near)" in text and f"job {job}: requeued" in text, text
+    assert "start 1" in text, text                       # SLURM_RESTART_COUNT of the second start
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 60
+    step = re.search(r"stopped by a signal \(SIGTERM or SIGUSR1\) after step (\d+)", text)
+    assert step, text                                    # the first start saved and stopped
+    assert f"resuming {run.name} from its checkpoint of step {step.group(1)}" in text, text

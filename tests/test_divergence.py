@@ -16,7 +16,7 @@ import torch
 
 import distsgd
 from distsgd import DivergedError, WorkerError
-from distsgd.results import finished_code_version, write_json_atomic
+from distsgd.results import finished_code_version, run_state, write_json_atomic
 from gloo import run_ranks
 
 DIVERGING = dict(algo="ssgd", model="mlp", data="digits", nproc=2, steps=300, batch_size=16, lr=1e4,
@@ -53,6 +53,9 @@ def test_diverged_run_stops_every_rank_and_fails_naming_step_rank_quantity() -> 
     assert summary["final_train_loss"] is None
     for rank in (0, 1):
         _strict_json(run_dir / "ranks" / f"final_rank{rank}.json")
+    state = run_state(run_dir)                               # what `python -m distsgd show` prints
+    assert (state.status, state.detail) == ("diverged", "non-finite train_loss at step 10 on ranks 0, 1")
+    assert state.metrics["step"].tolist() == [10] and state.metrics["train_loss"].isna().all()
     config = distsgd.Config.from_dict(_strict_json(run_dir / "config.json"))
     assert finished_code_version(run_dir, config) is None     # never reused as finished
     with pytest.raises(DivergedError):

@@ -1,8 +1,8 @@
 """Checkpoints of a run: where they live, when one is complete, and reading one back safely.
 
 Every ``checkpoint_every`` steps each rank writes its state (`distsgd.train.Trainer.state`:
-model, optimizer, algorithm state, RNG, data-stream position, ledger, metric rows, loop state;
-tensors and plain containers only) to
+model, optimizer, algorithm state, RNG, data-stream position, ledger, the text of its metrics
+file at that step, loop state; tensors and plain containers only) to
 
     RUN_DIR/checkpoints/step-<N>/rank<r>.pt      atomically (a temporary file, then a rename)
 

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="algorithms with their parameters, models, datasets, networks")
 
-    s = sub.add_parser("show", help="print the summary of a finished run directory")
+    s = sub.add_parser("show", help="print the summary of a finished run directory; of a running, "
+                                    "failed, stopped or diverged one its status and last rows")
     s.add_argument("run_dir", type=Path)
 
     res = sub.add_parser("results", help="every run under a directory as one table (distsgd.load_results)")
@@ -184,11 +185,35 @@ def cmd_list() -> int:
     return 0
 
 
-def cmd_show(run_dir: Path) -> int:
-    from .results import Result
+SHOWN = ["step", "train_loss", "test_loss", "test_acc", "comm_bytes", "wall_s"]
 
-    r = Result.load(run_dir)
-    _print_summary(r.path, r.summary)
+
+def cmd_show(run_dir: Path, last: int = 5) -> int:
+    """The summary of a finished run; of any other (running, failed, stopped, diverged): its
+    status from what is on disk and the last `last` rows logged so far (`results.run_state`)."""
+    from .results import Result, run_state
+
+    if not (run_dir / "config.json").is_file():
+        raise ConfigError("run_dir", str(run_dir), "a run directory (one with a config.json)")
+    state = run_state(run_dir)
+    if state.status == "finished":
+        r = Result.load(run_dir)
+        _print_summary(r.path, r.summary)
+        return 0
+    config = json.loads((run_dir / "config.json").read_text())
+    rows = [("run", str(run_dir)), ("status", state.status + (f": {state.detail}" if state.detail else "")),
+            ("algo", f"{config['algo']} {config['params']}"),
+            ("logged", f"step {max(state.last_steps.values())} of {config['steps']} (" + ", ".join(
+                f"rank {r}: {s}" for r, s in state.last_steps.items()) + ")"
+             if state.last_steps else f"no step yet of {config['steps']}")]
+    if state.checkpoint is not None:
+        rows.append(("checkpoint", f"step {state.checkpoint} (run the same config again to resume there)"))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    if len(state.metrics):
+        shown = state.metrics[[c for c in SHOWN if c in state.metrics]].tail(last)
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 

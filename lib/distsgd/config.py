@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ ON_NAN = ("stop", "continue")
 # Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
 # hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
 # run finished with on_nan="continue" must not stand for one asked to stop at a NaN.
-# `checkpoint_every` only sets where a run can resume; the resumed run computes the same bits.
-_NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name", "checkpoint_every")
+# `checkpoint_every` only sets where a run can resume; the resumed run computes the same bits;
+# `tensorboard` only writes the logged rows once more.
+_NOT_HASHED = ("out", "progress", "timeout_s", "launcher", "name", "checkpoint_every", "tensorboard")
+TENSORBOARD_HINT = "needs the tensorboard package: pip install 'distsgd[tensorboard]'"
 
 
 def _field(default: Any, help: str, **cli: Any) -> Any:
@@ -91,6 +94,8 @@ class Config:
                          choices=ON_NAN)
     checkpoint_every: int = _field(0, "save a checkpoint every this many steps, from which a restarted "
                                       "run resumes (0: none; distsgd.checkpoint)")
+    tensorboard: bool = _field(False, "also write rank 0's logged metrics as TensorBoard scalars to "
+                                      "RUN_DIR/tensorboard (needs the tensorboard package)")
     timeout_s: float = _field(300.0, "seconds a collective may wait for a peer before the run fails",
                               flag="--timeout")
     progress: bool = _field(True, "show a progress bar")
@@ -129,6 +134,10 @@ class Config:
         _check_number("momentum", self.momentum, lambda v: 0 <= v < 1, "0 <= momentum < 1")
         _check_number("weight_decay", self.weight_decay, lambda v: v >= 0, "a finite number >= 0")
         _check_number("timeout_s", self.timeout_s, lambda v: v > 0, "a finite number of seconds > 0")
+        if not isinstance(self.tensorboard, bool):
+            raise ConfigError("tensorboard", self.tensorboard, "true or false")
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("tensorboard", self.tensorboard, "false here", TENSORBOARD_HINT)
         for f in dataclasses.fields(self):
             if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
                 raise ConfigError(f.name, getattr(self, f.name), f.metadata["choices"])

@@ -42,6 +42,7 @@ from pathlib import Path
 from .comm.comm import INIT_METHOD_ENV
 from .config import Config
 from .errors import ConfigError, WorkerError
+from .results import LAUNCHER_ERROR, write_text_atomic
 from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
 
 # distsgd.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first
@@ -143,6 +144,9 @@ def spawn(config: Config, run_dir: Path) -> None:
         try:
             supervise(procs, run_dir, poll=bar.poll)
             bar.finish()
+        except WorkerError as e:            # on disk too, for `python -m distsgd show`
+            write_text_atomic(run_dir / "ranks" / LAUNCHER_ERROR, str(e))
+            raise
         finally:
             bar.close()
 

@@ -23,10 +23,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import math
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -150,7 +152,10 @@ def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> None:
         for f in ranks.iterdir():
             f.unlink()
     ranks.mkdir(parents=True, exist_ok=True)
-    checkpoint.keep(run_dir, checkpoint.latest(run_dir, config) if resume else None)
+    latest = checkpoint.latest(run_dir, config) if resume else None
+    checkpoint.keep(run_dir, latest)
+    if latest is None:                  # a fresh start: no TensorBoard scalars of an earlier one
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment_info())
 
@@ -168,12 +173,190 @@ def finished_code_version(run_dir: Path, config: Config) -> str | None:
     return str(made.get("code_version"))
 
 
-def write_rank_outputs(run_dir: Path, rank: int, rows: list[dict], final: dict,
-                       ledger: Ledger) -> None:
+def metrics_file(run_dir: Path, rank: int) -> Path:
+    """Rank `rank`'s metrics rows, appended as they are logged (`MetricsLog`)."""
+    return run_dir / "ranks" / f"metrics_rank{rank}.csv"
+
+
+class MetricsLog:
+    """One rank's metrics as they come: RUN_DIR/ranks/metrics_rank<r>.csv, its header written
+    with the first row, each row appended and flushed as it is logged, so that a crash keeps
+    every row logged before it and `python -m distsgd show` reads a running or failed run. The
+    end-of-run merge (`merge_ranks`) reads these files. A checkpoint carries the file's text as
+    it was at its step (`snapshot`), and a resumed run puts that text back (`restore`): rows a
+    crashed attempt logged after the checkpoint are gone, so a resumed run's rows are an
+    uninterrupted run's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: list[str] | None = None
+        self._file: Any = None
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Write `row` (the columns of the first row, in its order) and flush it to the OS."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", newline="")
+            if self.columns is None:
+                self.columns = list(row)
+                self._file.write(",".join(self.columns) + "\n")
+        if list(row) != self.columns:
+            raise ValueError(f"metrics row with columns {list(row)}, the file has {self.columns}")
+        self._file.write(",".join(_csv_value(row[c]) for c in self.columns) + "\n")
+        self._file.flush()
+
+    def snapshot(self) -> str:
+        """The file's text now (fsynced first: a checkpoint never names rows the disk lacks)."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        return self.path.read_text() if self.path.exists() else ""
+
+    def restore(self, text: str) -> None:
+        """Replace the file by `text` (a `snapshot`); the next rows are appended after it."""
+        self.close()
+        write_text_atomic(self.path, text)
+        header = text.split("\n", 1)[0]
+        self.columns = header.split(",") if header else None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _csv_value(value: Any) -> str:
+    """One CSV field: numbers as Python writes them (the shortest text that reads back the same
+    float; nan, inf), anything else quoted where it holds a comma or a quote."""
+    if isinstance(value, (bool, int, float, np.number)):
+        return repr(float(value)) if isinstance(value, (float, np.floating)) else str(value)
+    text = str(value)
+    if any(ch in text for ch in ',"\n'):
+        text = '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def read_metrics(path: Path) -> pd.DataFrame:
+    """A rank's metrics file (`MetricsLog`), of a finished, running or failed run: a last line
+    still being written (no newline yet) is left out."""
+    text = path.read_text()
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+    return pd.read_csv(io.StringIO(text)) if text.strip() else pd.DataFrame()
+
+
+def board_writer(run_dir: Path, start: int) -> Any:
+    """Rank 0's TensorBoard writer (`--tensorboard`) into RUN_DIR/tensorboard. A run resumed at
+    step `start` purges the scalars its crashed attempt wrote after that step."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:            # validated before the run: only a changed environment
+        from .config import TENSORBOARD_HINT
+        raise ImportError(f"--tensorboard {TENSORBOARD_HINT}") from e
+    return SummaryWriter(str(run_dir / "tensorboard"), purge_step=start + 1 if start else None)
+
+
+def board_scalars(board: Any, row: dict[str, Any]) -> None:
+    """A logged row as scalars, one tag per column, at its step (NaNs, no evaluation, left out)."""
+    for key, value in row.items():
+        if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+            board.add_scalar(key, value, row["step"])
+    board.flush()
+
+
+def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger) -> None:
+    """A rank's final metrics and its ledger (its metrics rows are on disk already: `MetricsLog`)."""
     ranks = run_dir / "ranks"
-    write_csv_atomic(ranks / f"metrics_rank{rank}.csv", pd.DataFrame(rows))
     write_json_atomic(ranks / f"final_rank{rank}.json", final)
     ledger.write_csv(ranks / f"comm_rank{rank}.csv")
+
+
+PID_FILE = "pid_rank{rank}"             # '<host> <pid>' of a rank's process, in RUN_DIR/ranks
+LAUNCHER_ERROR = "launcher_error.txt"   # the local launcher's WorkerError, in RUN_DIR/ranks
+
+
+def write_pid_file(run_dir: Path, rank: int) -> None:
+    """Note where rank `rank` runs, so that `run_state` can tell a running rank from a gone one."""
+    write_text_atomic(run_dir / "ranks" / PID_FILE.format(rank=rank),
+                      f"{socket.gethostname()} {os.getpid()}\n")
+
+
+def _gone(pid_file: Path) -> bool:
+    """Whether the rank of `pid_file` ran on this host and its process is gone (or a zombie)."""
+    try:
+        host, pid = pid_file.read_text().split()
+    except (OSError, ValueError):
+        return False
+    if host != socket.gethostname():
+        return False                        # another node's: cannot tell from here
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class RunState:
+    """What the files of a run directory say of it, finished or not (`run_state`)."""
+
+    status: str                 # finished, diverged, stopped, failed or running
+    detail: str                 # the cause of a failure or stop, where known
+    metrics: pd.DataFrame       # rows logged so far, ranks merged (`merge_metrics`)
+    last_steps: dict[int, int]  # rank -> its last logged step
+    checkpoint: int | None      # the latest complete checkpoint's step
+
+
+def run_state(run_dir: Path) -> RunState:
+    """The state of the run in `run_dir` from what is on disk, also while it runs or after it
+    failed: "finished" or "diverged" (its summary.json); "stopped" (a rank saved a checkpoint on
+    SIGTERM/SIGUSR1 and the run stopped) or "failed" (a rank's error file, or the local
+    launcher's; or a rank's process on this host is gone without one); else "running". Its
+    metrics are the rows the ranks appended so far (`MetricsLog`), merged by step."""
+    ranks = run_dir / "ranks"
+    per_rank: dict[int, pd.DataFrame] = {}
+    for path in sorted(ranks.glob("metrics_rank*.csv")) if ranks.is_dir() else []:
+        df = read_metrics(path)
+        if len(df):
+            per_rank[int(path.stem.removeprefix("metrics_rank"))] = df
+    metrics = merge_metrics([per_rank[r] for r in sorted(per_rank)]) if per_rank else pd.DataFrame()
+    last_steps = {r: int(df["step"].iloc[-1]) for r, df in sorted(per_rank.items())}
+    steps = [int(d.name.removeprefix("step-")) for d in (run_dir / "checkpoints").glob("step-*")
+             if (d / "COMPLETE").is_file()]
+    checkpoint = max(steps) if steps else None
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        s = read_summary(summary)
+        found = s.get("nonfinite")
+        detail = (f"non-finite {found['quantity']} at step {found['step']} on ranks "
+                  f"{', '.join(map(str, found['ranks']))}" if isinstance(found, dict) else "")
+        return RunState(str(s["status"]), detail, metrics, last_steps, checkpoint)
+    errors = sorted(ranks.glob("error_rank*.txt"), key=lambda f: f.stat().st_mtime) \
+        if ranks.is_dir() else []
+    launcher = ranks / LAUNCHER_ERROR
+    cause = launcher.read_text() if launcher.is_file() else errors[0].read_text() if errors else ""
+    if cause:
+        lines = [line.strip() for line in cause.splitlines() if line.strip()]
+        if lines[0].startswith("worker rank"):          # the launcher's: 'worker rank R failed:'
+            how = lines[1].split("; last output")[0] if len(lines) > 1 and lines[1].startswith(
+                "process ") else lines[-1]
+            detail = f"{lines[0]} {how}"
+        else:                                           # a rank's traceback: its last line
+            detail = f"rank {errors[0].stem.removeprefix('error_rank')}: {lines[-1]}"
+        stopped = "Preempted:" in cause or "stopped by a signal" in cause
+        return RunState("stopped" if stopped else "failed", detail, metrics, last_steps, checkpoint)
+    gone = sorted(int(f.name.removeprefix("pid_rank")) for f in ranks.glob("pid_rank*")
+                  if _gone(f)) if ranks.is_dir() else []
+    if gone:
+        return RunState("failed", f"the process of rank {gone[0]} is gone without an error "
+                                  f"(killed?)", metrics, last_steps, checkpoint)
+    return RunState("running", "", metrics, last_steps, checkpoint)
 
 
 def save_tensors(path: Path, obj: Any) -> None:
@@ -201,14 +384,10 @@ def load_tensors(path: Path | str) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def merge_ranks(run_dir: Path, world_size: int, config: Config,
-                nonfinite: "NonFinite | None" = None) -> None:
-    """Rank 0, after the final barrier: merge per-rank outputs into the run's files. `nonfinite`:
-    the run's first non-finite value (`distsgd.divergence`); the summary records it, and the
-    status "diverged" where the run stopped there (on_nan="stop")."""
-    ranks = run_dir / "ranks"
-    per_rank = [pd.read_csv(ranks / f"metrics_rank{r}.csv") for r in range(world_size)]
-    stacked = pd.concat(per_rank, keys=range(world_size), names=["rank", "row"])
+def merge_metrics(per_rank: list[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of every rank merged by step: counts and samples summed over ranks, wall_s the
+    slowest rank's, epoch and lr rank 0's, the rest averaged."""
+    stacked = pd.concat(per_rank, keys=range(len(per_rank)), names=["rank", "row"])
     grouped = stacked.groupby("step", sort=True)
     merged = grouped.mean(numeric_only=True)
     for col in (*SUMMED, "samples"):
@@ -216,7 +395,16 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config,
     merged["wall_s"] = grouped["wall_s"].max()
     for col in ("epoch", "lr"):
         merged[col] = per_rank[0].set_index("step")[col]
-    merged = merged.reset_index()
+    return merged.reset_index()
+
+
+def merge_ranks(run_dir: Path, world_size: int, config: Config,
+                nonfinite: "NonFinite | None" = None) -> None:
+    """Rank 0, after the final barrier: merge per-rank outputs into the run's files. `nonfinite`:
+    the run's first non-finite value (`distsgd.divergence`); the summary records it, and the
+    status "diverged" where the run stopped there (on_nan="stop")."""
+    ranks = run_dir / "ranks"
+    merged = merge_metrics([read_metrics(metrics_file(run_dir, r)) for r in range(world_size)])
 
     finals = [read_summary(ranks / f"final_rank{r}.json") for r in range(world_size)]
     summary: dict[str, Any] = {k: sum(f[k] for f in finals) / world_size for k in finals[0]}

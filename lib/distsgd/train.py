@@ -3,12 +3,15 @@
 `Trainer(...).train()` runs `distsgd.step.train_step` (before_forward -> forward/backward ->
 after_backward -> optimizer_step -> after_step) every step, then `finalize()` and a final
 evaluation. With ``checkpoint_every`` it saves a checkpoint every that many steps, and a run
-restarted in the same directory resumes from the latest complete one (`distsgd.checkpoint`). Each rank writes its own metrics; after a barrier rank 0 merges them into the run
-directory's metrics.csv and summary.json (distsgd.results). A rank's entry point, which joins the
+restarted in the same directory resumes from the latest complete one (`distsgd.checkpoint`).
+Each rank appends its metrics rows to its own file as they are logged (`results.MetricsLog`);
+after a barrier rank 0 merges them into the run directory's metrics.csv and summary.json
+(distsgd.results). A rank's entry point, which joins the
 process group and builds the Trainer, is `distsgd.worker`.
 """
 from __future__ import annotations
 
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -121,11 +124,12 @@ class Trainer:
 
     def train(self) -> None:
         c, comm = self.config, self.comm
-        self.rows: list[dict] = []
+        self.metrics = results.MetricsLog(results.metrics_file(self.run_dir, comm.rank))
         self.window = torch.zeros((), device=self.device)
         self.window_n, self.eval_s, self.elapsed_s = 0, 0.0, 0.0
         self.divergence = DivergenceCheck(self.model, comm, c.on_nan)
         start = self.resume()
+        board = results.board_writer(self.run_dir, start) if c.tensorboard and comm.rank == 0 else None
         progress = _Progress(self.progress_file, c.steps, c.progress and comm.rank == 0)
         batches = self.batches(start)
         loss_of = partial(loss_fn, self.ds)
@@ -150,6 +154,8 @@ class Trainer:
                        "train_loss": (self.window / self.window_n).item(),
                        "test_loss": float("nan"), "test_acc": float("nan"),
                        "lr": lr, **self.algo.metrics()}
+                if c.eval_train and c.eval_every:        # a column of every row, NaN between evaluations
+                    row["train_objective"] = float("nan")
                 if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
                     te = time.perf_counter()
                     with self.algo.evaluating():     # the model the algorithm's authors evaluate
@@ -158,7 +164,9 @@ class Trainer:
                         if c.eval_train:
                             row["train_objective"] = self.objective()
                     self.eval_s += time.perf_counter() - te
-                self.rows.append(row)
+                self.metrics.append(row)
+                if board is not None:
+                    results.board_scalars(board, row)
                 progress.update(done, row["train_loss"])
                 stop = self.divergence.check(done, self.window)
                 self.window.zero_()
@@ -179,7 +187,10 @@ class Trainer:
         train_s = time.perf_counter() - t0 - self.eval_s
         progress.close()
         final = self.final_metrics(train_s)
-        results.write_rank_outputs(self.run_dir, comm.rank, self.rows, final, comm.ledger)
+        self.metrics.close()
+        if board is not None:
+            board.close()
+        results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger)
         comm.barrier()
         if comm.rank == 0:
             results.save_model(self.run_dir, self.model)
@@ -199,7 +210,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "rng": {"cpu": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state(self.device) if cuda else None},
-                "ledger": self.comm.ledger.state_dict(), "rows": self.rows,
+                "ledger": self.comm.ledger.state_dict(), "metrics_csv": self.metrics.snapshot(),
                 "window": self.window, "window_n": self.window_n,
                 "elapsed_s": self.elapsed_s, "eval_s": self.eval_s,
                 "nonfinite": None if found is None else found.to_dict()}
@@ -235,11 +246,14 @@ class Trainer:
         if state["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
         self.comm.ledger.load_state_dict(state["ledger"])
-        self.rows = state["rows"]
+        self.metrics.restore(state["metrics_csv"])      # the rows up to the checkpoint's step
         self.window = state["window"].to(self.device)
         self.window_n, self.elapsed_s, self.eval_s = state["window_n"], state["elapsed_s"], state["eval_s"]
         if state["nonfinite"] is not None:
             self.divergence.found = NonFinite(**state["nonfinite"])
+        if self.comm.rank == 0:             # in the job's log under torchrun/srun, else rank 0's
+            print(f"distsgd: resuming {self.run_dir.name} from its checkpoint of step "
+                  f"{state['step']}", file=sys.stderr, flush=True)
         return state["step"]
 
     def objective(self) -> float:

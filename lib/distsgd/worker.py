@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -64,9 +65,12 @@ def resolve_backend(config: Config, device: torch.device) -> str:
 def injected_fault(rank: int) -> Callable[[int], None] | None:
     """Fault injection for testing the failure path: with $DISTSGD_INJECT_FAULT=RANK:STEP[:HOW],
     rank RANK raises (HOW "raise", the default), dies by SIGKILL ("kill"), or sends itself SIGTERM
-    ("term") or SIGUSR1 ("usr1") and trains on, when it reaches STEP; None for every other rank."""
+    ("term") or SIGUSR1 ("usr1") and trains on, when it reaches STEP, first printing to its
+    output (its log) what it does and the time; None for every other rank. Under torchrun only
+    in the job's first attempt ($TORCHELASTIC_RESTART_COUNT 0), so that a job restarted by
+    `torchrun --max-restarts` gets past the fault."""
     spec = os.environ.get(FAULT_ENV, "")
-    if not spec:
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return None
     parts = spec.split(":")
     if int(parts[0]) != rank:
@@ -76,6 +80,7 @@ def injected_fault(rank: int) -> Callable[[int], None] | None:
     def fault(step: int) -> None:
         if step != at:
             return
+        print(f"{FAULT_ENV}: {how} at step {step}, time {time.time():.3f}", flush=True)
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if how in STOP_SIGNALS:
@@ -113,6 +118,7 @@ def run_worker(run_dir: Path, config: Config | None = None) -> None:
     comm = Comm.from_env(resolve_backend(config, device), device, parse_net(config.net),
                          config.timeout_s)
     try:
+        results.write_pid_file(run_dir, comm.rank)     # after joining: rank 0 prepared the directory
         progress = progress_file(run_dir) if os.environ.get(PROGRESS_ENV) == "file" else None
         Trainer(config, comm, run_dir, progress, injected_fault(comm.rank), StopSignals()).train()
     except BaseException:

@@ -33,11 +33,23 @@ INIT_METHOD_ENV = "DISTSGD_INIT_METHOD"   # a local run's rendezvous (file://...
 def join_group(backend: str, timeout_s: float = 300.0, **kwargs) -> None:
     """`dist.init_process_group` from the environment: RANK and WORLD_SIZE with the
     $DISTSGD_INIT_METHOD rendezvous (a file) when a local launcher set it, so that no TCP store
-    listens on the host's interfaces; otherwise torchrun's env:// (MASTER_ADDR, MASTER_PORT)."""
+    listens on the host's interfaces; otherwise torchrun's env:// (MASTER_ADDR, MASTER_PORT).
+
+    Under torchrun the env:// store gets a prefix of the attempt ($TORCHELASTIC_RESTART_COUNT):
+    torchrun keeps its store across the restarts of `--max-restarts`, and a restarted gloo group
+    would otherwise read its dead predecessor's addresses there and fail to connect."""
     init = os.environ.get(INIT_METHOD_ENV)
+    timeout = timedelta(seconds=timeout_s)
     if init:
-        kwargs.update(init_method=init, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s), **kwargs)
+        kwargs.update(init_method=init, rank=int(os.environ["RANK"]),
+                      world_size=int(os.environ["WORLD_SIZE"]))
+    elif "TORCHELASTIC_RESTART_COUNT" in os.environ:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        kwargs.update(store=dist.PrefixStore(f"distsgd/attempt-{attempt}", store), rank=rank,
+                      world_size=world)
+    dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
 
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
