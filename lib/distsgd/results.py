@@ -315,10 +315,8 @@ class RunState:
 
 def run_state(run_dir: Path) -> RunState:
     """The state of the run in `run_dir` from what is on disk, also while it runs or after it
-    failed: "finished" or "diverged" (its summary.json); "stopped" (a rank saved a checkpoint on
-    SIGTERM/SIGUSR1 and the run stopped) or "failed" (a rank's error file, or the local
-    launcher's; or a rank's process on this host is gone without one); else "running". Its
-    metrics are the rows the ranks appended so far (`MetricsLog`), merged by step."""
+    failed: its status and detail (`status_of`), and its metrics, the rows the ranks appended so
+    far (`MetricsLog`), merged by step."""
     ranks = run_dir / "ranks"
     per_rank: dict[int, pd.DataFrame] = {}
     for path in sorted(ranks.glob("metrics_rank*.csv")) if ranks.is_dir() else []:
@@ -329,14 +327,22 @@ def run_state(run_dir: Path) -> RunState:
     last_steps = {r: int(df["step"].iloc[-1]) for r, df in sorted(per_rank.items())}
     steps = [int(d.name.removeprefix("step-")) for d in (run_dir / "checkpoints").glob("step-*")
              if (d / "COMPLETE").is_file()]
-    checkpoint = max(steps) if steps else None
+    return RunState(*status_of(run_dir), metrics, last_steps, max(steps) if steps else None)
+
+
+def status_of(run_dir: Path) -> tuple[str, str]:
+    """(status, detail) of the run in `run_dir`: "finished" or "diverged" (its summary.json);
+    "stopped" (a rank saved a checkpoint on SIGTERM/SIGUSR1 and the run stopped) or "failed" (a
+    rank's error file, or the local launcher's; or a rank's process on this host is gone without
+    one); else "running"."""
+    ranks = run_dir / "ranks"
     summary = run_dir / "summary.json"
     if summary.is_file():
         s = read_summary(summary)
         found = s.get("nonfinite")
         detail = (f"non-finite {found['quantity']} at step {found['step']} on ranks "
                   f"{', '.join(map(str, found['ranks']))}" if isinstance(found, dict) else "")
-        return RunState(str(s["status"]), detail, metrics, last_steps, checkpoint)
+        return str(s["status"]), detail
     errors = sorted(ranks.glob("error_rank*.txt"), key=lambda f: f.stat().st_mtime) \
         if ranks.is_dir() else []
     launcher = ranks / LAUNCHER_ERROR
@@ -350,13 +356,12 @@ def run_state(run_dir: Path) -> RunState:
         else:                                           # a rank's traceback: its last line
             detail = f"rank {errors[0].stem.removeprefix('error_rank')}: {lines[-1]}"
         stopped = "Preempted:" in cause or "stopped by a signal" in cause
-        return RunState("stopped" if stopped else "failed", detail, metrics, last_steps, checkpoint)
+        return ("stopped" if stopped else "failed"), detail
     gone = sorted(int(f.name.removeprefix("pid_rank")) for f in ranks.glob("pid_rank*")
                   if _gone(f)) if ranks.is_dir() else []
     if gone:
-        return RunState("failed", f"the process of rank {gone[0]} is gone without an error "
-                                  f"(killed?)", metrics, last_steps, checkpoint)
-    return RunState("running", "", metrics, last_steps, checkpoint)
+        return "failed", f"the process of rank {gone[0]} is gone without an error (killed?)"
+    return "running", ""
 
 
 def save_tensors(path: Path, obj: Any) -> None:
@@ -507,17 +512,9 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def run_status(run_dir: Path) -> str:
-    """"finished" or "diverged" (the summary's); without a summary, "stopped" (every rank saved a
-    checkpoint on SIGTERM/SIGUSR1 and stopped: running it again resumes), "failed" (a rank left
-    its traceback) or "unfinished" (still running, or killed before it could say why)."""
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        return str(read_summary(summary).get("status", "finished"))
-    errors = sorted((run_dir / "ranks").glob("error_rank*.txt")) if (run_dir / "ranks").is_dir() else []
-    if not errors:
-        return "unfinished"
-    last_lines = [(e.read_text().strip().splitlines() or [""])[-1] for e in errors]
-    return "stopped" if all(line.startswith("distsgd.errors.Preempted") for line in last_lines) else "failed"
+    """`status_of`'s status, with "unfinished" for "running" (still running, or not started)."""
+    status = status_of(run_dir)[0]
+    return "unfinished" if status == "running" else status
 
 
 def _run_row(run_dir: Path) -> dict[str, Any]:
