@@ -9,7 +9,7 @@ import pytest
 from distsgd.algorithms.buckets import group_counts
 from distsgd.comm.netmodel import NetModel
 from distsgd.timeline import ALGORITHMS, simulate
-from distsgd.timeline.overheads import NONE, Overheads, measure_copy, out_bytes
+from distsgd.timeline.overheads import NONE, Overheads, out_bytes
 
 from test_timeline import MB, NET, TOY, ar
 
@@ -78,6 +78,70 @@ def test_knob_off_is_the_plain_prediction(algo: str) -> None:
     assert on.step_s > plain.step_s
 
 
-def test_measured_copy_speed_is_a_memory_speed() -> None:
-    """Between 100 MB/s and 1 TB/s: a pass over memory on one thread, not a unit error."""
-    assert 1e8 < measure_copy(nbytes=2**20, reps=3) < 1e12
+def _rank_with_transfer(cores: int, p: int) -> tuple["Rank", float]:
+    """A rank of p whose real transfers copy for 10 ms per all-reduce of 1 MB (plus 1 ms of
+    latency: waiting, not work), on an emulated network where it is modeled slower (> 100 ms:
+    headroom); those 10 ms."""
+    from distsgd.timeline.streams import Rank
+    from distsgd.timeline.topology import Topology
+    real = NetModel(bandwidth_Bps=2 * (p - 1) / p * MB / 10e-3, latency_s=1e-3 / (2 * (p - 1)))
+    ov = Overheads(transfer={p: real}, cores=cores)
+    return Rank(Topology.flat(NetModel(bandwidth_Bps=1e7, latency_s=0.0)), p, ov), 10e-3
+
+
+def test_a_real_transfer_delays_overlapped_compute_by_its_cpu_time() -> None:
+    """Issued, then 50 ms of compute: the compute stream ends its CPU time later (half speed
+    for twice the transfer); waited for first, it delays nothing; with more ranks than cores,
+    the real (wall) time counts cores / p of it."""
+    rank, real = _rank_with_transfer(cores=2, p=2)
+    rank.issue("all_reduce", MB)
+    rank.compute("backward", 50e-3)
+    assert rank.t == pytest.approx(50e-3 + real, rel=1e-12)
+    blocked, _ = _rank_with_transfer(cores=2, p=2)
+    blocked.wait(blocked.issue("all_reduce", MB))
+    start = blocked.t
+    blocked.compute("forward", 50e-3)
+    assert blocked.t - start == pytest.approx(50e-3, rel=1e-12)
+    shared, real4 = _rank_with_transfer(cores=2, p=4)
+    shared.issue("all_reduce", MB)
+    shared.compute("backward", 50e-3)
+    assert shared.t == pytest.approx(50e-3 + real4 * 2 / 4, rel=1e-12)
+
+
+def test_real_transfers_run_one_after_the_other() -> None:
+    """Two transfers issued together keep the compute stream at half speed for both: 2 x 10 ms."""
+    rank, real = _rank_with_transfer(cores=2, p=2)
+    rank.issue("all_reduce", MB)
+    rank.issue("all_reduce", MB)
+    rank.compute("backward", 100e-3)
+    assert rank.t == pytest.approx(100e-3 + 2 * real, rel=1e-12)
+
+
+def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
+    """SSD-SGD's local rule and server steps: one update each by default, the measured fraction of
+    the training step with `ssd_rule` / `ssd_server`."""
+    period = 4
+    default = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0})
+    rules = Overheads(ssd_rule=0.5, ssd_server=0.25)
+    measured = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0}, overheads=rules)
+
+    def span(pred, name: str) -> list[float]:
+        return [e.end - e.start for e in pred.events if e.stream == "compute" and e.name == name]
+
+    assert span(default, "local rule") == pytest.approx([TOY.update_s] * len(span(default, "local rule")))
+    assert set(span(measured, "local rule")) and all(
+        d == pytest.approx(0.5 * TOY.compute_s, rel=1e-12) for d in span(measured, "local rule"))
+    assert all(d == pytest.approx(period * 0.25 * TOY.compute_s, rel=1e-12)
+               for d in span(measured, "server steps"))
+
+
+@pytest.mark.multiproc
+def test_measured_overheads_are_of_the_right_magnitude() -> None:
+    """Measured here on the MLP: a copy speed between 100 MB/s and 1 TB/s (a pass over memory, not
+    a unit error), an issue cost under 10 ms, real transfers slower than 10 MB/s, SSD-SGD's rules
+    a positive share of a step."""
+    from distsgd.timeline.overheads import measure
+    ov = measure(nprocs=(2,))
+    assert 1e8 < ov.copy_Bps < 1e12 and 0 < ov.issue_s < 1e-2
+    assert set(ov.transfer) == {2} and ov.transfer[2].bandwidth_Bps > 1e7
+    assert ov.ssd_rule > 0 and ov.ssd_server > 0 and ov.cores >= 1

@@ -10,7 +10,9 @@ as the algorithms in lib/distsgd/algorithms issue it (periods counted by their `
 - ssd_sgd (the steps-delay stage, after its `warmup` S-SGD steps): every step an async
   all-reduce of the gradient (push); the step after a period's end waits for that period's
   pushes (the pull) and applies their `period` server steps (`update_s` each), then every step
-  runs the local rule (`update_s`).
+  runs the local rule (`update_s`); with measured overheads, each its measured share of the
+  training step instead (`Overheads.ssd_s`: the cosdcasgd rule and the server step are several
+  passes over the flat model, not one optimizer update).
 - kavg: every `period` steps a blocking global all-reduce of the model (on the world's link);
   otherwise every `local_period` steps (if > 0) one within each of `local_groups` groups of
   consecutive ranks (on the intra-node link when the groups fit in nodes, `Topology`); with
@@ -78,9 +80,12 @@ class SSDSGD(Simulated):
         if self.due:
             for ready in self.due:
                 self.rank.wait(ready)
-            self.rank.compute("server steps", len(self.due) * self.profile.update_s)
+            self.rank.compute("server steps", len(self.due) * self._cost("server"))
             self.due = []
-        self.rank.compute("local rule", self.profile.update_s)
+        self.rank.compute("local rule", self._cost("rule"))
+
+    def _cost(self, which: str) -> float:
+        return self.rank.overheads.ssd_s(which, self.profile.update_s, self.profile.compute_s)
 
     def after_step(self, step: int) -> None:
         if self.clock.tick():

@@ -7,10 +7,21 @@ besides the profile's layer times:
     backend's enqueue;
 (b) per byte, passes at memory-copy speed (`copy_Bps`): packing gradients into a fusion bucket /
     PS slots / flattening the model before the collective, and after it the averaging division
-    (`tensor.div_`) and the copy back.
+    (`tensor.div_`) and the copy back;
+(c) on a CPU host, the real transfer (`transfer`): the emulation delays a collective to its
+    modeled time, but the backend's real transfer (gloo's memory copies over loopback) runs on
+    the same cores as the compute from the moment it is issued. Each rank has one transfer
+    thread beside its compute thread, so while a transfer runs the compute stream progresses at
+    1 / `transfer_share` (2: two threads share the rank's core) for `transfer_share` x the
+    transfer's CPU time (its copies: the bandwidth term of the real cost; the latency term is
+    waiting for the peers); real transfers run one after the other (gloo's thread). Blocking
+    collectives hide it (the compute stream waits anyway); overlapped ones pay it.
+(d) SSD-SGD's own rules (`ssd_rule`, `ssd_server`): its cosdcasgd local rule and its momentum
+    server step are several passes over the flat model, as fractions of the model's training
+    step; without them the simulator charges one optimizer update (`update_s`) for each.
 
-`Overheads` holds the two numbers; `simulate(..., overheads=...)` charges them by one rule, the same
-for every schedule (`streams.Rank`):
+`Overheads` holds these numbers; `simulate(..., overheads=...)` charges (a) and (b) by one rule,
+the same for every schedule (`streams.Rank`):
 
     at issue of a collective of n bytes:   issue_s + n / copy_Bps            (pack / flatten)
     at the first wait for its result:      out_passes(kind, n, p) / copy_Bps
@@ -21,18 +32,29 @@ for every schedule (`streams.Rank`):
 
 `NONE` (zero) is the default: `simulate` without the knob gives exactly the predictions it gave
 before. Projections to GPUs use `NONE` too, so their verdicts do not move: the values on a GPU
-(kernel launches, device copies at HBM speed) are not measured here (issue #23 will add them).
+(kernel launches, device copies at HBM speed, NCCL's kernels sharing the SMs: `Effects.contention`)
+are not measured here.
 
-`measure()` measures both on this machine: (a) by issuing `n` async `Comm` all-reduces (avg) of a
-4-element tensor on p = 2 ranks under `launch.on_ranks` (1 thread each, as the benchmark's ranks)
-and timing the issue loop alone (the waits follow it, untimed); (b) by timing `torch.cat` of a
-few MB of tensors plus `copy_` back, on one thread, median of repeats. It does not look at any
-validation residual.
+`measure()` measures them on this machine, before any benchmark and without looking at a
+validation residual: (a) by issuing `n` async `Comm` all-reduces (avg) of a 4-element tensor on
+p = 2 ranks under `launch.on_ranks` (1 thread each, as the benchmark's ranks) and timing the
+issue loop alone; (b) and (d) on p = 2 ranks training the validated model (`_model_rank`: the
+allocator and caches in a training process's state, every core busy); (c) by fitting alpha-beta
+to the real gloo all-reduce at each p (`measure_transfer`).
+
+History (2026-11-25): (b) used to time `torch.cat` of 4 MB in a fresh process: 2.6-3.8 GB/s,
+where the ranks' own model average runs at 14-25 GB/s (glibc returns such buffers to the system
+between calls in a fresh process, so every pass page-faults); (c) and (d) were missing. All three
+were found while looking at the validation residuals (SSD-SGD -20..-28%, CoCoD-SGD and
+ByteScheduler under-predicted at 32 timed steps), each then measured on its own.
 """
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..comm.netmodel import NetModel
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,31 @@ class Overheads:
 
     issue_s: float = 0.0
     copy_Bps: float = 0.0
+    transfer: dict[int, NetModel] = field(default_factory=dict)
+    transfer_share: float = 2.0
+    cores: int = 0
+    ssd_rule: float | None = None
+    ssd_server: float | None = None
+
+    def ssd_s(self, which: str, update_s: float, compute_s: float) -> float:
+        """Seconds of SSD-SGD's local rule (`which` "rule") or of one server step ("server"):
+        the measured fraction (`ssd_rule`, `ssd_server`) of the profile's training step
+        `compute_s`, or one optimizer update `update_s` when not measured (module docstring, (d))."""
+        fraction = self.ssd_rule if which == "rule" else self.ssd_server
+        return update_s if fraction is None else fraction * compute_s
+
+    def transfer_s(self, kind: str, nbytes: int, p: int) -> float:
+        """Seconds during which the real transfer of collective `kind` on `nbytes` over `p` ranks
+        slows the compute stream (0 without `transfer`): its CPU time (the bandwidth term of the
+        real cost at the measured group size nearest `p`: the copies; the latency term is waiting
+        for the peers, not work; with more ranks than `cores`, that wall time is shared, cores / p
+        of it is one thread's work) times `transfer_share` (module docstring, (c))."""
+        if not self.transfer or p <= 1:
+            return 0.0
+        nearest = min(self.transfer, key=lambda q: (abs(q - p), q))
+        cpu = min(1.0, self.cores / nearest) if self.cores else 1.0
+        copies = NetModel(bandwidth_Bps=self.transfer[nearest].bandwidth_Bps, latency_s=0.0)
+        return self.transfer_share * cpu * copies.cost(kind, nbytes, p)
 
     def copy_s(self, nbytes: float) -> float:
         """Seconds for one pass over `nbytes` (0 when copies are free)."""
@@ -95,31 +142,94 @@ def measure_issue(n: int = 208, nproc: int = 2, net: str | None = None) -> float
     return float(statistics.median(on_ranks(_issue_rank, nproc, n, net)))
 
 
-def measure_copy(nbytes: int = 4 * 2**20, pieces: int = 8, reps: int = 15) -> float:
-    """Bytes/s of a flatten (`torch.cat` of `pieces` tensors totalling `nbytes`) plus the copy
-    back (`copy_`) on one thread: two passes, median of `reps`."""
+def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int = 4, reps: int = 15) -> dict:
+    """On one of `world` ranks that all run this (every core busy, as in the benchmark), after
+    `steps` training steps of the benchmark's `model` (the allocator in a training process's
+    state): (b) the copy speed of the kit's own model average passes (`algorithms.flat`: flatten,
+    `div_`, copy back: 3 passes over the parameters), and (d) SSD-SGD's local rule and server
+    step on this model (`SSDSGD._local_rule` on the gathered gradient, `_server`), each as a
+    fraction of the model's whole training step (forward, backward, torch SGD with momentum),
+    each timed right after a forward and backward, medians of `reps`."""
     import statistics
 
     import torch
-    threads = torch.get_num_threads()
+    import torch.nn.functional as F
+
+    from .. import bench_schedules as bs
+    from ..algorithms import create
+    from ..algorithms.flat import flatten, unflatten_into
+    from ..caps import Caps
+    from ..comm import Comm
+    from ..config import Config
     torch.set_num_threads(1)
-    try:
-        parts = [torch.randn(nbytes // 4 // pieces) for _ in range(pieces)]
+    shape = bs.input_shape(model, Caps.from_env())
+    torch.manual_seed(0)
+    net = bs.bench_model(model, shape)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    batches = bs.synthetic_batches(shape, batch_size, seed=rank, vocab=bs.VOCAB.get(model))
+
+    def backward(t: int) -> None:
+        x, y = batches(t)
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+
+    for t in range(steps):
+        backward(t)
+        optimizer.step()
+
+    def median_s(fn) -> float:
+        """`fn` timed right after a forward and backward (as `profiling` times the update)."""
         times = []
-        for _ in range(reps + 2):
+        for t in range(reps + 2):
+            backward(t)
             t0 = time.perf_counter()
-            flat = torch.cat([x.reshape(-1) for x in parts])
-            offset = 0
-            for x in parts:
-                x.copy_(flat[offset:offset + x.numel()])
-                offset += x.numel()
+            fn()
             times.append(time.perf_counter() - t0)
-        total = 2 * sum(x.numel() * x.element_size() for x in parts)
-        return total / statistics.median(times[2:])
-    finally:
-        torch.set_num_threads(threads)
+        return statistics.median(times[2:])
+
+    tensors = [q.data for q in net.parameters()]
+    nbytes = sum(q.numel() * q.element_size() for q in tensors)
+
+    def average_passes() -> None:
+        flat = flatten(tensors)
+        flat.div_(world)
+        unflatten_into(flat, tensors)
+
+    def training_step() -> None:
+        backward(0)
+        optimizer.step()
+
+    copy_Bps = 3 * nbytes / median_s(average_passes)
+    step_s = median_s(training_step)
+    params = {"period": 4, "warmup": 0}
+    ssd = create("ssd_sgd", params)
+    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
+              Config(algo="ssd_sgd", params=params, model=model, nproc=world, batch_size=batch_size, momentum=0.9))
+    return {"copy_Bps": copy_Bps,
+            "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient() / world)) / step_s,
+            "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
 
 
-def measure(net: str | None = None, nproc: int = 2) -> Overheads:
-    """Both costs measured now on this machine (module docstring)."""
-    return Overheads(issue_s=measure_issue(nproc=nproc, net=net), copy_Bps=measure_copy())
+def measure_transfer(nprocs: tuple[int, ...] = (2, 4), sizes: tuple[int, ...] = (2**18, 2**20, 2**22, 2**23),
+                     reps: int = 5) -> dict[int, NetModel]:
+    """(c) The real (un-emulated) gloo all-reduce on this machine at each p of `nprocs`, as an
+    alpha-beta network fitted to its times at `sizes` (`bench_schedules.real_collective_times`,
+    `comm.nccl_tests.fit_collective_times`)."""
+    from ..bench_schedules import real_collective_times
+    from ..comm.nccl_tests import fit_collective_times
+    return {p: fit_collective_times(real_collective_times(p, sizes, reps)) for p in nprocs}
+
+
+def measure(net: str | None = None, nproc: int = 2, model: str = "mlp", batch_size: int = 16,
+            nprocs: tuple[int, ...] = (2, 4)) -> Overheads:
+    """Every cost measured now on this machine (module docstring): the issue cost at p = `nproc`,
+    the copy speed and SSD-SGD's rules on `nproc` ranks training `model`, the real transfers at
+    each p of `nprocs`."""
+    import statistics
+
+    from ..launch import on_ranks
+    ranks = on_ranks(_model_rank, nproc, model, batch_size)
+    med = {k: float(statistics.median(r[k] for r in ranks)) for k in ranks[0]}
+    return Overheads(issue_s=measure_issue(nproc=nproc, net=net), copy_Bps=med["copy_Bps"],
+                     transfer=measure_transfer(nprocs), cores=os.cpu_count() or 1, ssd_rule=med["ssd_rule"],
+                     ssd_server=med["ssd_server"])

@@ -13,7 +13,11 @@ known times, so no event queue is needed: the closed form of the discrete-event 
 
 With `Effects.contention` c > 0 (`timeline.effects`), a compute task progresses at rate 1/(1+c)
 while any of the rank's collectives is in flight (the union of its links' busy intervals known
-when the task starts), at rate 1 otherwise. A collective may be issued at a later time than the
+when the task starts), at rate 1 otherwise. With `Overheads.transfer` (`timeline.overheads`: the
+backend's real, un-emulated collective cost on a CPU host), each collective's real transfer runs
+on the compute stream's cores from its issue (one real transfer after the other: gloo's thread),
+for its real cost, and a compute task progresses at rate 1/`Overheads.transfer_share` meanwhile;
+where both apply, the larger slow-down. A collective may be issued at a later time than the
 compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`: the PS
 placement's `Topology.ps_cost`).
 """
@@ -45,7 +49,8 @@ class Rank:
     def __init__(self, topology: Topology, nproc: int, overheads: Overheads = NONE,
                  effects: Effects = OFF) -> None:
         self.topology, self.nproc, self.overheads, self.effects = topology, nproc, overheads, effects
-        self.inflight: list[tuple[float, float]] = []  # (start, ready) of collectives (contention)
+        self.inflight: list[tuple[float, float, float]] = []  # (start, end, slow-down) slowing compute
+        self.real_free = 0.0                           # when the backend's real transfers are done
         self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
         self.free: dict[str, float] = {}               # link -> time it becomes free
@@ -56,31 +61,24 @@ class Rank:
     def compute(self, name: str, seconds: float) -> None:
         """Run a task of `seconds` on the compute stream."""
         if seconds > 0:
-            end = self._finish(seconds) if self.effects.contention else self.t + seconds
+            end = self._finish(seconds) if self.inflight else self.t + seconds
             self.events.append(Interval(COMPUTE, name, self.t, end, self.step))
             self.busy += end - self.t
             self.t = end
 
     def _finish(self, work: float) -> float:
-        """When a task of `work` seconds started now ends, slowed by 1 + contention while a
-        collective is in flight (module doc)."""
-        slow, t = 1.0 + self.effects.contention, self.t
-        self.inflight = [(s, e) for s, e in self.inflight if e > t]
-        merged: list[list[float]] = []
-        for s, e in sorted(self.inflight):
-            if merged and s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-            else:
-                merged.append([s, e])
-        for s, e in merged:
-            if s > t:
-                if work <= s - t:
-                    return t + work
-                work, t = work - (s - t), s
-            if work * slow <= e - t:
-                return t + work * slow
-            work, t = work - (e - t) / slow, e
-        return t + work
+        """When a task of `work` seconds started now ends, slowed while collectives are in flight
+        (module doc): between consecutive interval boundaries the rate is 1 / the largest
+        slow-down of the intervals covering that stretch."""
+        t = self.t
+        self.inflight = [iv for iv in self.inflight if iv[1] > t]
+        bounds = sorted({t, *(x for s, e, _ in self.inflight for x in (s, e) if x > t)})
+        for a, b in zip(bounds, bounds[1:]):
+            slow = max((k for s, e, k in self.inflight if s <= a < e), default=1.0)
+            if work * slow <= b - a:
+                return a + work * slow
+            work -= (b - a) / slow
+        return bounds[-1] + work
 
     def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
               link: str = INTER, at: float | None = None, seconds: float | None = None) -> float:
@@ -100,9 +98,14 @@ class Rank:
         if seconds > 0:
             self.free[link] = ready
             if self.effects.contention:
-                self.inflight.append((start, ready))
+                self.inflight.append((start, ready, 1.0 + self.effects.contention))
             label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
             self.events.append(Interval(link, label, start, ready, self.step))
+        real = self.overheads.transfer_s(kind, nbytes, p)
+        if real > 0:
+            real_start = max(self.t, self.real_free)
+            self.real_free = real_start + real
+            self.inflight.append((real_start, self.real_free, self.overheads.transfer_share))
         if self.overheads.active:
             self.pending[ready] = self.pending.get(ready, 0.0) + out_bytes(kind, nbytes, p)
         return ready
