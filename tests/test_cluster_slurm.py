@@ -259,9 +259,17 @@ def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_pa
             time.sleep(1)
         raise RuntimeError(f"squeue failed 10 times: {proc.stderr}")
 
+    def node_idle() -> bool:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True, timeout=30)
+        return out.returncode == 0 and out.stdout.strip() == "idle"
+
+    requeued_at: list[float] = []
+
     def second_start_begun() -> bool:
-        if state() == "PENDING":
-            # SLURM holds a requeued job back for about 2 minutes (seen here: 164 s): start it now
+        # SLURM holds a requeued job back for about 2 minutes (seen here: 164 s): start it sooner,
+        # but not before the first start is cleaned up and its credential's second has passed (a
+        # start 0.26 s after the requeue was killed by slurmd, "Job credential revoked", in CI)
+        if state() == "PENDING" and node_idle() and time.monotonic() - requeued_at[0] > 5:
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env,
                            timeout=30)
         return "start 1" in log.read_text()            # SLURM_RESTART_COUNT of the second start
@@ -271,6 +279,7 @@ def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_pa
                           for f in out.glob("*/ranks/metrics_rank0.csv")), 300, "no rows logged")
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], env=env, check=True, timeout=30)
         _wait(lambda: "requeued" in log.read_text(), 120, "the job did not requeue itself")
+        requeued_at.append(time.monotonic())
         _wait(second_start_begun, 300, "the requeued job did not start again")
         _wait(lambda: state() == "", JOB_TIMEOUT_S, "the requeued job did not end")
     except TimeoutError as e:

@@ -56,3 +56,11 @@ def test_a_failing_rank_fails_fast_naming_the_rank_and_cause(how, cause):
 def test_ranks_past_the_deadline_are_stopped_not_waited_for():
     with pytest.raises(TimeoutError, match="still running after 5 s"):
         on_ranks(_fails, 2, "hang", timeout=5)
+
+
+def test_a_rank_that_cannot_start_raises_its_own_error():
+    """A body the start method cannot send to the process (here a lambda: not picklable) fails at
+    start; the error is that one, not one from stopping the rank that never started."""
+    with pytest.raises(Exception) as info:
+        on_ranks(lambda rank, world: None, 2, timeout=60)
+    assert "pickle" in str(info.value) and "terminate" not in str(info.value), repr(info.value)

@@ -410,8 +410,9 @@ def _cause(run_dir: Path, rank: int, code: int | None) -> str:
 
 
 def _stop(procs: list[BaseProcess], grace_s: float = 5.0) -> None:
-    """Terminate the workers still running; kill them if they ignore SIGTERM."""
-    alive = [p for p in procs if p.exitcode is None]
+    """Terminate the workers still running (a process that failed to start has no pid: skipped);
+    kill them if they ignore SIGTERM."""
+    alive = [p for p in procs if p.pid is not None and p.exitcode is None]
     for p in alive:
         p.terminate()
     deadline = time.time() + grace_s
