@@ -247,8 +247,8 @@ def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_pa
                          check=True).stdout.strip().split(";")[0]
 
     def state() -> str:
-        """The job's state in squeue, "" once it has left the queue; an squeue that fails (a
-        busy slurmctld answers late under load) is retried, never read as "left the queue"."""
+        """The job's state in squeue, "" once it has left the queue; an squeue that fails is
+        retried, never read as "left the queue"."""
         for _ in range(10):
             proc = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env,
                                   capture_output=True, text=True, timeout=30)
