@@ -124,12 +124,16 @@ class SSDSGD(Algorithm):
         wd = self.optimizer.param_groups[0]["weight_decay"]
         self.decay = torch.cat([torch.full((p.numel(),), wd if n.rsplit(".", 1)[-1] == "weight" else 0.0,
                                            dtype=p.dtype, device=p.device) for n, p in named])
-        self.odd_tensor = torch.cat([torch.full((p.numel(),), j % 2 == 1, device=p.device)
-                                     for j, p in enumerate(self.params_)])
+        odd_tensor = torch.cat([torch.full((p.numel(),), j % 2 == 1, device=p.device)
+                                for j, p in enumerate(self.params_)])
+        self.even = (~odd_tensor, odd_tensor)     # dc: the tensors whose local_num is even, by local_num % 2
         self.x_global = flatten(self.x)
         self.velocity = torch.zeros_like(self.x_global)
         self.local = self.x_global.clone()
         self.anchor = self.x_global.clone()
+        # scratch, model-sized, reused every step: fresh temporaries of this size are served by
+        # fresh pages on a CPU (each page-faulted), which made the rule ~5x slower
+        self.grad, self.step_, self.term = (torch.empty_like(self.x_global) for _ in range(3))
         self.local_num = 0
         self.current, self.due = InFlight(), InFlight()
         self.clock = Period(self.period)
@@ -139,8 +143,9 @@ class SSDSGD(Algorithm):
         return self.optimizer.param_groups[0]["lr"]
 
     def _gradient(self) -> torch.Tensor:
+        """g_i, gathered into the `grad` scratch buffer (returned)."""
         return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in self.params_])
+                          for p in self.params_], out=self.grad)
 
     def _server(self, gbar: torch.Tensor) -> None:
         """The server's synchronous momentum-SGD step on the global model (torch SGD form)."""
@@ -148,17 +153,23 @@ class SSDSGD(Algorithm):
         self.x_global.add_(self.velocity, alpha=-self.lr)
 
     def _local_rule(self, g: torch.Tensor) -> None:
-        """L_i <- LocalRule(L_i, g) on the rescaled gradient g = g_i / N."""
-        w, eta_l = self.local, self.local_lr_scale * self.lr
-        d = g + self.decay * w
+        """L_i <- LocalRule(L_i, g) on the rescaled gradient g = g_i / N, in place: the step d in
+        `step_`, the rule's extra term in `term` (each operation as the module docstring writes
+        it, so the result is the same to the bit as with fresh temporaries)."""
+        w, eta_l, d, term = self.local, self.local_lr_scale * self.lr, self.step_, self.term
+        if self.local_rule == "dc":
+            even = self.even[self.local_num % 2]                               # local_num + j is even
+            torch.mul(g, self.dc_lambda, out=d).mul_(g)                         # lambda g g
+            torch.sub(w, self.anchor, out=term).mul_(d).mul_(even)              # its term, or 0
+        torch.mul(self.decay, w, out=d).add_(g)                                 # g + wd w
         if self.local_rule == "cosdcasgd":
-            gs = ((1 - eta_l * self.decay) * self.anchor - w) / 8
-            d = d + g + 0.5 * gs
+            torch.mul(self.decay, eta_l, out=term).neg_().add_(1)               # 1 - eta_l wd
+            term.mul_(self.anchor).sub_(w).div_(8)                              # gs
+            d.add_(g).add_(term.mul_(0.5))                                      # g + wd w + g + gs / 2
             self.anchor.copy_(w)
         elif self.local_rule == "dc":
-            even = self.odd_tensor == bool(self.local_num % 2)        # local_num + j is even
-            d = d + even * (self.dc_lambda * g * g * (w - self.anchor))
-            self.anchor.copy_(torch.where(even, w, self.anchor))
+            d.add_(term)
+            torch.where(even, w, self.anchor, out=self.anchor)                 # p <- w where it applied
             self.local_num += len(self.params_)
         w.add_(d, alpha=-eta_l)
 
@@ -177,7 +188,7 @@ class SSDSGD(Algorithm):
             for pushed in self.due.drain():
                 self._server(pushed)
             self.local.copy_(self.x_global)
-        self._local_rule(g / self.comm.world_size)
+        self._local_rule(g.div_(self.comm.world_size))
         unflatten_into(self.local, self.x)
 
     def after_step(self, step: int) -> None:

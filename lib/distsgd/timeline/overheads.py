@@ -206,7 +206,7 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
               Config(algo="ssd_sgd", params=params, model=model, nproc=world, batch_size=batch_size, momentum=0.9))
     return {"copy_Bps": copy_Bps,
-            "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient() / world)) / step_s,
+            "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient().div_(world))) / step_s,
             "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
 
 
