@@ -46,7 +46,9 @@ History (2026-11-25): (b) used to time `torch.cat` of 4 MB in a fresh process: 2
 where the ranks' own model average runs at 14-25 GB/s (glibc returns such buffers to the system
 between calls in a fresh process, so every pass page-faults); (c) and (d) were missing. All three
 were found while looking at the validation residuals (SSD-SGD -20..-28%, CoCoD-SGD and
-ByteScheduler under-predicted at 32 timed steps), each then measured on its own.
+ByteScheduler under-predicted at 32 timed steps), each then measured on its own. Later the same
+day SSD-SGD's rule itself became in place (`SSDSGD._local_rule`): (d) fell from 4.7-5.3x to
+1.1-1.4x a training step and stopped depending on the process's allocator state.
 """
 from __future__ import annotations
 
