@@ -127,6 +127,7 @@ class SSDSGD(Algorithm):
         odd_tensor = torch.cat([torch.full((p.numel(),), j % 2 == 1, device=p.device)
                                 for j, p in enumerate(self.params_)])
         self.even = (~odd_tensor, odd_tensor)     # dc: the tensors whose local_num is even, by local_num % 2
+        self.even_scale = tuple(m.to(self.decay.dtype) for m in self.even)   # 1.0 / 0.0, multiplied in place
         self.x_global = flatten(self.x)
         self.velocity = torch.zeros_like(self.x_global)
         self.local = self.x_global.clone()
@@ -158,9 +159,10 @@ class SSDSGD(Algorithm):
         it, so the result is the same to the bit as with fresh temporaries)."""
         w, eta_l, d, term = self.local, self.local_lr_scale * self.lr, self.step_, self.term
         if self.local_rule == "dc":
-            even = self.even[self.local_num % 2]                               # local_num + j is even
+            parity = self.local_num % 2
+            even = self.even[parity]                                           # local_num + j is even
             torch.mul(g, self.dc_lambda, out=d).mul_(g)                         # lambda g g
-            torch.sub(w, self.anchor, out=term).mul_(d).mul_(even)              # its term, or 0
+            torch.sub(w, self.anchor, out=term).mul_(d).mul_(self.even_scale[parity])   # its term, or 0
         torch.mul(self.decay, w, out=d).add_(g)                                 # g + wd w
         if self.local_rule == "cosdcasgd":
             torch.mul(self.decay, eta_l, out=term).neg_().add_(1)               # 1 - eta_l wd
