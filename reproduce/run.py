@@ -16,6 +16,8 @@ Outputs (``OUT`` defaults to ``reproduce/runs/<profile>``, ``reproduce/runs/<pro
 with ``--dry-run``):
 
 * ``OUT/<NAME>.ipynb``   the executed notebook (saved after every cell, also when it fails);
+* ``OUT/<NAME>.kernel.log`` what the notebook's kernel process itself printed (its start-up
+  warnings, its shutdown, a crash), kept out of this driver's output;
 * ``OUT/summary.csv``    notebook, status, minutes, claims reproduced / contradicted /
   inconclusive / total, executed notebook;
 * ``OUT/REPORT.md`` and ``OUT/REPORT.html``: every claim of every notebook run, with the paper's
@@ -389,6 +391,26 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def kernel_manager_logging_to(path: Path) -> type:
+    """A kernel manager whose kernel process writes its own stdout and stderr to `path` (appended),
+    not to this driver's terminal. Those are the kernel's messages, not the notebook's outputs
+    (which papermill saves in the executed notebook): ipykernel's warnings at start-up and, as
+    papermill shuts a kernel down, ipykernel's logged ZMQError tracebacks from its IOPub thread
+    (a race inside ipykernel, harmless to the results). A kernel that crashes leaves its last words
+    there; the summary's status of that notebook names the file."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggingKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as log:      # the child keeps its own copy of the descriptor
+                kw.setdefault("stdout", log)
+                kw.setdefault("stderr", log)
+                await super().start_kernel(**kw)
+
+    return LoggingKernelManager
+
+
 def execute(
     plan: Plan,
     out_dir: Path,
@@ -402,6 +424,7 @@ def execute(
     before = _mtime_ns(claims_csv)
     start = time.monotonic()
     status = "ok"
+    kernel_log = out_dir / f"{plan.name}.kernel.log"
     try:
         papermill.execute_notebook(
             str(plan.path),
@@ -411,9 +434,10 @@ def execute(
             cwd=str(plan.path.parent),
             progress_bar=False,
             log_output=log_output,
+            kernel_manager_class=kernel_manager_logging_to(kernel_log),
         )
     except Exception as exc:  # report every failure in the summary, keep going
-        status = f"FAILED: {_first_line(exc)}"
+        status = f"FAILED: {_first_line(exc)} (the kernel's own messages: {kernel_log})"
     minutes = (time.monotonic() - start) / 60
     claims = read_claims(claims_csv, before)
     return NotebookOutcome(
