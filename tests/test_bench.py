@@ -66,7 +66,10 @@ def test_an_interrupted_bench_keeps_the_rows_it_measured(tmp_path):
                              "--algos", "WFBP", "--nets", "IB-like", "--reps", "50", "--steps", "1",
                              "--warmup", "1", "--batch-size", "4", "--csv", str(csv)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env=dict(os.environ))
+                            start_new_session=True, env=dict(os.environ),
+                            # as from a terminal: a shell's background job (CI started with `&`)
+                            # inherits SIGINT ignored, and Python then keeps it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while not (csv.exists() and len(csv.read_text().splitlines()) >= 4):
