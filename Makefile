@@ -43,8 +43,9 @@ test-params: venv
 test-cluster: venv
 	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
 
-# The simulator against measured step times on this machine (every schedule, p = 2 and 4, within 15%):
-# not part of `test` until it passes here (tests/test_timeline_validation.py says why).
+# The simulator against measured step times on this machine (every schedule, p = 2 and 4; asserted
+# within 15% at p <= cores): not part of `test`, ~7 minutes of timing that need a quiet machine
+# (tests/test_timeline_validation.py; README "Validation" has the runs).
 validate: venv
 	$(PY) -m pytest tests/test_timeline_validation.py -m validation $(PYTEST_ARGS)
 

@@ -43,7 +43,7 @@ def test_predict_scales_the_profile_to_the_measured_compute():
     assert r.residual == pytest.approx(0.014 / 0.022 - 1)
 
 
-# Not a CI gate (marker `validation`, deselected by default; `make validate` runs it: 5 minutes of
+# Not a CI gate (marker `validation`, deselected by default; `make validate` runs it: ~7 minutes of
 # timing that need a quiet machine). It asserts the pairs `validate` counts as validation: an
 # emulable network and p <= this machine's cores (the module docstring of `timeline.validate` says
 # why); the others are printed. README, "Systems at the papers' scale", has the runs.
