@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from distsgd import projection as pj
-from distsgd.bench_schedules import (emulation_headroom, grad_bytes, grad_tensor_bytes, medians,
+from distsgd.bench_schedules import (emulation_headroom, grad_bytes, grad_tensor_bytes, hook_overlap, medians,
                                      real_collective_times, scaled_net, timing_noise)
 from distsgd.comm import parse_net
 from distsgd.errors import ConfigError
@@ -150,3 +150,19 @@ def test_bench_runs_on_the_ranks_torchrun_started(tmp_path):
     assert set(df.nproc) == {2} and set(df.net_name) == {"IB-like", "real", "none"}
     assert (df[df.net_name == "real"].net == "").all() and (df.step_s > 0).all()
     assert out.stdout.count("wrote ") == 1
+
+
+@pytest.mark.multiproc
+def test_hook_overlap_times_both_futures_and_reports_their_ratio():
+    """`bench --hook-overlap` (the compression hook returning its pending or its finished future):
+    every round times both forms on an emulated network, and the ratio is finished / pending of
+    their medians; the CLI prints it."""
+    df, ratio = hook_overlap(model="mlp", nproc=2, batch_size=4, steps=1, warmup=1, repeats=2)
+    assert sorted(zip(df.repeat, df.future)) == [(0, "finished"), (0, "pending"), (1, "finished"), (1, "pending")]
+    assert (df.step_s > 0).all() and (df.nproc == 2).all() and parse_net(df.net.iloc[0]).bandwidth_Bps > 0
+    med = df.groupby("future").step_s.median()
+    assert ratio == pytest.approx(med["finished"] / med["pending"])
+    out = subprocess.run([sys.executable, "-m", "distsgd", "bench", "--hook-overlap", "--models", "mlp", "--nproc", "2",
+                          "--reps", "1", "--steps", "1", "--warmup", "1", "--batch-size", "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "finished / pending future:" in out.stdout, out.stdout + out.stderr
