@@ -589,7 +589,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  full   the papers' scale: GPUs (NCCL), CIFAR-10/ImageNet, hours per notebook\n"
             "A profile parameter that a notebook's parameters cell does not define fails that\n"
             "notebook before it runs.\n\n"
-            "Outputs: OUT/<NAME>.ipynb (executed notebooks), OUT/summary.csv, and the notebooks'\n"
+            "Outputs: OUT/<NAME>.ipynb (executed notebooks), OUT/<NAME>.kernel.log (what each kernel\n"
+            "process printed itself), OUT/summary.csv, and the notebooks'\n"
             "figures and claims.csv under FIGURES/<NAME>/. The kernels see DISTSGD_PROFILE and\n"
             "DISTSGD_FIGURES."
         ),
