@@ -245,3 +245,17 @@ def test_settle_returns_once_every_rank_has_arrived():
     first, second = zip(*run_ranks(_settle, 3))
     assert first[0] > 0.4 and first[2] > 0.4, first          # waited for rank 1, 0.5 s late
     assert second[1] > 0.2 and second[2] > 0.2, second       # then for rank 0, 0.3 s late
+
+
+def test_single_tensor_collectives_fall_back_to_their_pre_2_13_names(monkeypatch):
+    """torch >= 2.13 names them reduce_scatter_single / all_gather_single; 2.11 (the H200 of
+    reproduce/gpu_check.py) has only reduce_scatter_tensor / all_gather_into_tensor."""
+    import torch.distributed as dist
+
+    from distsgd.comm.comm import single_tensor_collective
+    assert single_tensor_collective("reduce_scatter") is dist.reduce_scatter_single
+    assert single_tensor_collective("all_gather") is dist.all_gather_single
+    monkeypatch.delattr(dist, "reduce_scatter_single")
+    monkeypatch.delattr(dist, "all_gather_single")
+    assert single_tensor_collective("reduce_scatter") is dist.reduce_scatter_tensor
+    assert single_tensor_collective("all_gather") is dist.all_gather_into_tensor

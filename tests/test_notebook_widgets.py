@@ -49,3 +49,21 @@ def test_progress_bar_is_a_widget_that_ends_at_the_last_step(tmp_path: Path, mon
                   for m in state.values() if m["model_name"] == "FloatProgressModel")
     assert len(bars) == 2 and bars[1] == (20.0, 20.0, ""), bars           # finished: at its last step
     assert bars[0][0] < 20 and bars[0][2] == "danger", bars               # diverged: red where it stopped
+
+
+@pytest.mark.multiproc
+def test_tqdm_disable_turns_the_widget_off(tmp_path: Path, monkeypatch) -> None:
+    """TQDM_DISABLE=1 (tqdm's own switch, which its notebook bar ignores) draws no widget: what
+    notebooks/conftest.py sets for nbval, which drops IOPub messages beyond ZeroMQ's queue."""
+    pytest.importorskip("ipywidgets")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(LIB), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import distsgd\nr = distsgd.run(model='mlp', data='digits', nproc=2, steps=20, batch_size=8, log_every=5, "
+        f"eval_every=0, eval_samples=64, out={str(tmp_path / 'runs')!r})\nprint(r.summary['status'])")]
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[0].outputs
+    assert [o.output_type for o in outputs] == ["stream"] and "finished" in outputs[0].text, outputs
+    assert WIDGET_STATE not in nb.metadata.get("widgets", {}), nb.metadata

@@ -43,6 +43,13 @@ def test_predict_scales_the_profile_to_the_measured_compute():
     assert r.residual == pytest.approx(0.014 / 0.022 - 1)
 
 
+def test_predict_unscaled_keeps_the_profiles_own_compute():
+    """scale=False (the GPU check, `validate_gpu`): the profile's 4 s of compute, not the measured
+    10 ms, plus the same 4 ms all-reduce."""
+    r = v.predict(_bench_rows(), {"toy": _toy()}, scale=False).iloc[0]
+    assert r.predicted_s == pytest.approx(4.004, rel=1e-6)
+
+
 # Not a CI gate (marker `validation`, deselected by default; `make validate` runs it: ~7 minutes of
 # timing that need a quiet machine). It asserts the pairs `validate` counts as validation: an
 # emulable network and p <= this machine's cores (the module docstring of `timeline.validate` says

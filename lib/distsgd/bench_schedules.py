@@ -81,14 +81,15 @@ DEFAULT_CASES = [
 
 def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int, vocab: int | None = None,
                       device: torch.device = torch.device("cpu")) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """Deterministic random batches per (seed, step), made on the CPU and moved to `device`: the
+    """Deterministic random batches per (seed, step), drawn on `device` by its own generator: the
     compute, not the data, matters here. Inputs are normal noise, or token ids uniform in
-    [0, vocab) if `vocab` is given."""
+    [0, vocab) if `vocab` is given. (Drawn on the CPU and copied, a ResNet-50 batch of 32 at
+    224x224 took 18 ms of a 38 ms step on an H200's rank: the benchmark times the steps with it.)"""
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        x = (torch.randn(batch_size, *shape, generator=g) if vocab is None
-             else torch.randint(0, vocab, (batch_size, *shape), generator=g))
-        return x.to(device), torch.randint(0, NUM_CLASSES, (batch_size,), generator=g).to(device)
+        g = torch.Generator(device=device).manual_seed(seed * 1_000_003 + step)
+        x = (torch.randn(batch_size, *shape, generator=g, device=device) if vocab is None
+             else torch.randint(0, vocab, (batch_size, *shape), generator=g, device=device))
+        return x, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g, device=device)
     return batch
 
 

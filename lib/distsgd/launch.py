@@ -305,16 +305,25 @@ class _ProgressBar:
     disappears when the run ends (``leave=False``); one that stopped early (failed, diverged) stays,
     red in JupyterLab, at its last step. A finished run's widget output is replaced by an empty one,
     so that a saved notebook (papermill's, or yours reopened after its kernel stopped) holds no
-    reference to the closed widget ("Error displaying widget: model not found" in JupyterLab)."""
+    reference to the closed widget ("Error displaying widget: model not found" in JupyterLab).
+
+    The bar redraws at most once a second (`MIN_INTERVAL`): each widget redraw is two or three
+    messages on the kernel's IOPub channel. tqdm's own switch `TQDM_DISABLE=1` turns it off, the
+    widget too (tqdm's notebook bar ignores that variable, so it is read here): a client that reads
+    IOPub only after a cell ends (nbval, `notebooks/conftest.py`) loses what exceeds ZeroMQ's queue
+    of about a thousand messages, the cell's closing "idle" among them, and fails the cell."""
+
+    MIN_INTERVAL = 1.0          # seconds between redraws
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.file = progress_file(run_dir)
         self.summary = run_dir / "summary.json"
         self.bar = None
         self.display = None         # the widget's output (IPython DisplayHandle), in a notebook
-        if config.progress:
+        if config.progress and not _tqdm_disabled():
             from tqdm.auto import tqdm
-            kwargs: dict[str, Any] = dict(total=config.steps, desc=config.run_name(), unit="step", leave=False)
+            kwargs: dict[str, Any] = dict(total=config.steps, desc=config.run_name(), unit="step", leave=False,
+                                          mininterval=self.MIN_INTERVAL)
             if _is_notebook_tqdm(tqdm):
                 from IPython.display import display
                 self.bar = tqdm(**kwargs, display=False)
@@ -350,6 +359,11 @@ class _ProgressBar:
         self.bar.close()
         if self.display is not None and finished:
             self.display.update({"text/plain": ""}, raw=True)
+
+
+def _tqdm_disabled() -> bool:
+    """tqdm's environment switch TQDM_DISABLE (any value but "", "0", "false")."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false")
 
 
 def _is_notebook_tqdm(tqdm: type) -> bool:

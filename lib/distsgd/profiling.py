@@ -23,8 +23,9 @@ what the hooks cost is inside these intervals (a perf_counter call and a list ap
 about 1 us each, against layers of 0.1-100 ms here).
 
 **Clocks.** The same stamps are read from three clocks: ``time.perf_counter`` (CPU), CUDA events
-recorded on the current stream (``--device cuda``: elapsed times after a synchronize; this path is
-written but *untested here*: no GPU was available to the session that wrote it), and the running
+recorded on the current stream (``--device cuda``: elapsed times after a synchronize; PyTorch's
+default precision, recorded in the profile's machine: fp32 tensors, cuDNN convolutions in TF32,
+matmuls in fp32), and the running
 total of ``torch.utils.flop_counter.FlopCounterMode`` (FLOPs: forward and backward FLOPs per layer
 by the same rule, no hand-written FLOP formulas; counted on the meta device, so no compute runs).
 
@@ -139,7 +140,8 @@ class WallClock:
 
 
 class CudaClock:
-    """Stamps as CUDA events on the current stream (untested here: no GPU in this session)."""
+    """Stamps as CUDA events on the current stream (the autograd engine's backward thread records
+    on the same, default, stream)."""
 
     def mark(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
@@ -288,7 +290,9 @@ def count_flops(model: str, input_shape: tuple[int, ...], batch_size: int,
 
 def _machine(device: torch.device, threads: int) -> str:
     if device.type == "cuda":
-        where = f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+        tf32 = lambda on: "TF32" if on else "fp32"   # noqa: E731
+        where = (f"{torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}, convolutions "
+                 f"{tf32(torch.backends.cudnn.allow_tf32)}, matmuls {tf32(torch.backends.cuda.matmul.allow_tf32)}")
     else:
         where = cpu_name()
     return f"{where}; torch {torch.__version__}; {threads} thread{'s' * (threads > 1)}; {platform.system()}"

@@ -3,6 +3,7 @@
 # Measured ones: this machine's CPU, 1 thread (what every rank of the kit's runs and of
 # `python -m distsgd bench` uses: launch.py sets torch.set_num_threads(1)).
 # Usage: bash reproduce/layer_profiles/make_profiles.sh [measured|projected|all]
+# The GPU ones (H200/): python reproduce/gpu_check.py OUT on a CUDA machine, then copy OUT/profiles/<GPU>/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python}

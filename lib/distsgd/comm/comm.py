@@ -56,6 +56,16 @@ _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp
         "min": dist.ReduceOp.MIN}
 
 
+def single_tensor_collective(kind: str) -> Callable:
+    """torch.distributed's single-tensor reduce-scatter or all-gather: `reduce_scatter_single` /
+    `all_gather_single` (torch >= 2.13, which deprecates the older names), else
+    `reduce_scatter_tensor` / `all_gather_into_tensor` (torch 2.11 and 2.12, e.g. the NCCL
+    machine of reproduce/gpu_check.py). Same arguments (output, input, ..., group, async_op)."""
+    new, old = {"reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
+                "all_gather": ("all_gather_single", "all_gather_into_tensor")}[kind]
+    return getattr(dist, new, None) or getattr(dist, old)
+
+
 @dataclass(frozen=True)
 class Group:
     """A set of ranks that communicate together; `pg` is None for the default process group.
@@ -197,7 +207,7 @@ class Comm:
         def launch() -> "dist.Work | FutureWork":
             if ring is not None:
                 return ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
-            return dist.reduce_scatter_single(output, input, op=_OPS[op], group=g.pg, async_op=True)
+            return single_tensor_collective("reduce_scatter")(output, input, op=_OPS[op], group=g.pg, async_op=True)
 
         return self._issue("reduce_scatter", input, g, post, async_op, launch)
 
@@ -205,7 +215,7 @@ class Comm:
                    async_op: bool = False) -> Handle | None:
         """`output` (p*n elements) receives every rank's `input` (n), in rank order."""
         g = group or self.world
-        return self._issue("all_gather", output, g, None, async_op, lambda: dist.all_gather_single(
+        return self._issue("all_gather", output, g, None, async_op, lambda: single_tensor_collective("all_gather")(
             output, input, group=g.pg, async_op=True))
 
     def gather(self, output: torch.Tensor | None, input: torch.Tensor, dst: int,
@@ -250,7 +260,7 @@ class Comm:
                           group: Group | None = None) -> torch.futures.Future:
         """`all_gather` returning a Future of `output` (for DDP communication hooks)."""
         g = group or self.world
-        return self._future("all_gather", output, g, None, output, lambda: dist.all_gather_single(
+        return self._future("all_gather", output, g, None, output, lambda: single_tensor_collective("all_gather")(
             output, input, group=g.pg, async_op=True))
 
     def _future(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
@@ -302,11 +312,14 @@ class Comm:
             time.sleep(poll_s)
 
     def reduce_uncounted(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """All-reduce for bookkeeping (metrics); not in the ledger and never delayed."""
-        dist.all_reduce(tensor, op=_OPS[op], group=self.world.pg)
+        """All-reduce for bookkeeping (metrics); not in the ledger and never delayed. A tensor on
+        another device than this communicator's (a CPU tensor of timings on NCCL, which reduces
+        only GPU tensors) goes through this device and back, so the result is in it on return."""
+        work = tensor if tensor.device == self.device else tensor.to(self.device)
+        dist.all_reduce(work, op=_OPS[op], group=self.world.pg)
         if op == "avg":
-            tensor.div_(self.world_size)
-        return tensor
+            work.div_(self.world_size)
+        return tensor if work is tensor else tensor.copy_(work)
 
     def agree(self, tensor: torch.Tensor, op: str = "max") -> torch.Tensor:
         """In-place all-reduce (op 'max' or 'sum') of a small bookkeeping tensor on a control

@@ -111,7 +111,7 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
 
 def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[dict[str, Any]] | None = None,
             networks: dict[tuple[int, str], NetModel] | None = None, warmup: int | None = None,
-            steps: int | None = None, overheads: Overheads | None = None) -> pd.DataFrame:
+            steps: int | None = None, overheads: Overheads | None = None, scale: bool = True) -> pd.DataFrame:
     """Predicted vs measured step time of every (model, label, nproc, network) of a
     `bench_schedules` result (`COLUMNS`): measured = median over repeats; predicted =
     `simulate` on `profiles[model]` scaled to that (model, p)'s measured compute-only step time,
@@ -120,7 +120,9 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
     NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
     With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
     (`window_step`); without, the steady state (`simulate`). `overheads`: the per-call costs
-    charged on the compute stream (`timeline.overheads`; None: none)."""
+    charged on the compute stream (`timeline.overheads`; None: none). `scale` False: the profile's
+    own compute, not scaled to the measured one (a profile taken where the benchmark ran: the GPU
+    check, `validate_gpu`)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
     timed = bench[bench.algo != "compute"]
     rows = []
@@ -129,7 +131,7 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
         case_params = params.get(label, _params(g.params.iloc[0]))
         compute = float(g.compute_s.iloc[0])
         model_net = (networks or {}).get((int(p), net_name)) or net
-        scaled = profiles[model].scaled(compute)
+        scaled = profiles[model].scaled(compute) if scale else profiles[model]
         predicted = (window_step(scaled, algo, int(p), model_net, case_params, warmup, steps, overheads) if steps
                      else simulate(scaled, algo, int(p), net=model_net, params=case_params,
                                    overheads=overheads).step_s)
@@ -188,6 +190,46 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     table["cores"] = os.cpu_count() or 1
     table["validated"] = table.emulable & (table.nproc <= table.cores)
     return table, bench, headroom
+
+
+def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: int = 32, steps: int = 32,
+                 warmup: int = 8, repeats: int = 3) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The check on one GPU (issue 17, item 3): p = 1 on NCCL, no emulation. Each model's layer
+    profile is measured now on this GPU (`profiling.measure`, 10 rounds after 3 warm-up, the
+    benchmark's model options, shape and batch); the benchmark times every case of `cases_for(1)`
+    on one NCCL rank; the prediction is the *unscaled* profile's (`predict(scale=False)`), so the
+    residual checks the profile against a real step, and each schedule's own cost on the GPU (hooks,
+    NCCL launches, copies), which the simulator charges as zero at p = 1 (no transfer). Reported,
+    not asserted; the first rows (label "compute") are the profile's compute against the measured
+    compute-only step. Returns (table, bench, {"profiles": {model: Profile}, "references": {model:
+    (un-hooked, hooked forward + backward seconds of the profile's own call)}})."""
+    import torch
+
+    from ..comm.netmodel import NetModel
+    from ..profiling import measure
+    if not torch.cuda.is_available():
+        raise RuntimeError("validate_gpu needs a CUDA GPU")
+    models, cases = list(models), cases_for(1)
+    bench = bs.bench_schedules(models=models, cases=cases, nprocs=[1], networks={bs.REAL: None},
+                               batch_size=batch_size, steps=steps, warmup=warmup, repeats=repeats,
+                               backend="nccl", caps=Caps())
+    profiles, refs = {}, {}
+    for m in models:
+        got = measure(m, bs.input_shape(m, Caps()), batch_size, device="cuda", reps=10, warmup=3,
+                      options=bs.MODEL_OPTIONS.get(m, {}))
+        profiles[m], refs[m] = got.profile, (got.unhooked_s, got.hooked_s)
+    any_net = {(1, bs.REAL): NetModel(bandwidth_Bps=1e12, latency_s=0.0)}   # p = 1: nothing is sent
+    table = predict(bench, profiles, cases, networks=any_net, warmup=warmup, steps=steps, scale=False)
+    compute = bench[bench.algo == "compute"].groupby("model").step_s.median()
+    table = pd.concat([pd.DataFrame([dict(model=m, label="compute", algo="compute", nproc=1, net_name="none",
+                                          net="", compute_s=compute[m], measured_s=compute[m],
+                                          predicted_s=profiles[m].compute_s,
+                                          residual=profiles[m].compute_s / compute[m] - 1,
+                                          repeats=int((bench.algo == "compute").sum() / len(models)))
+                                     for m in models]), table], ignore_index=True)
+    table["device"] = torch.cuda.get_device_name(0)
+    table["validated"] = False
+    return table, bench, {"profiles": profiles, "references": refs}
 
 
 def save(table: pd.DataFrame, path: Path) -> Path:

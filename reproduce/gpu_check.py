@@ -1,0 +1,100 @@
+"""The GPU checks of issue 17 on one CUDA GPU, in one call (reproduce/README.md, "GPU check").
+
+1. Layer profiles of the papers' models measured on this GPU at the papers' batches and inputs
+   (the list of `reproduce/layer_profiles/make_profiles.sh projected`), `profiling.measure`:
+   medians of 10 rounds after 3 warm-up iterations -> OUT/profiles/<GPU>/<model>_b<batch>[_<input>].csv
+2. The simulator against the schedule benchmark on one NCCL rank (`timeline.validate.validate_gpu`:
+   p = 1, no emulation, the profile measured there, unscaled) -> OUT/gpu_validation.csv, and the
+   benchmark's rows -> OUT/gpu_bench.csv; the profiles it measured -> OUT/profiles/<GPU>/.
+3. Training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
+   S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
+
+Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# (model, batch, input shape): DeAR and the survey (ImageNet 224x224, BERT at sequence length 64),
+# SSD-SGD (ResNet-20 / CIFAR-10), CoCoD-SGD (ResNet-18, VGG-16 / CIFAR-10, batch 128 per GPU).
+PAPER_PROFILES = [
+    ("resnet50", 64, (3, 224, 224)), ("densenet201", 32, (3, 224, 224)), ("vgg16", 32, (3, 224, 224)),
+    ("bert_base", 64, (64,)), ("bert_large", 8, (64,)), ("resnet20", 128, (3, 32, 32)),
+    ("resnet18", 128, (3, 32, 32)), ("vgg16", 128, (3, 32, 32)),
+]
+
+
+def gpu_folder(out: Path) -> Path:
+    """OUT/profiles/<GPU> (e.g. H200): the folder name of reproduce/layer_profiles/."""
+    import torch
+
+    folder = out / "profiles" / torch.cuda.get_device_name(0).replace("NVIDIA ", "").split()[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def profile_name(model: str, batch: int, shape: tuple[int, ...]) -> str:
+    """<model>_b<batch>[_<input>].csv, the input named unless it is the default (3x32x32, or 64 tokens)."""
+    suffix = "" if shape in ((3, 32, 32), (64,)) else "_" + "x".join(map(str, shape))
+    return f"{model}_b{batch}{suffix}.csv"
+
+
+def profiles(out: Path) -> None:
+    from distsgd.profiling import measure
+    folder = gpu_folder(out)
+    for model, batch, shape in PAPER_PROFILES:
+        t = time.perf_counter()
+        m = measure(model, shape, batch, device="cuda", reps=10, warmup=3)
+        path = m.profile.to_csv(folder / profile_name(model, batch, shape))
+        print(f"{path.name}: compute {1e3 * m.profile.compute_s:.2f} ms (forward {1e3 * m.profile.forward_s:.2f}, "
+              f"backward {1e3 * m.profile.backward_s:.2f}, update {1e3 * m.profile.update_s:.2f}); "
+              f"sum of layers / un-hooked {m.hook_ratio:.3f}; {time.perf_counter() - t:.1f} s", flush=True)
+
+
+def validation(out: Path) -> None:
+    from distsgd.timeline.validate import validate_gpu
+    table, bench, extra = validate_gpu(models=("resnet50", "bert_base"), batch_size=32, steps=16, warmup=8,
+                                       repeats=3)
+    table.to_csv(out / "gpu_validation.csv", index=False)
+    bench.to_csv(out / "gpu_bench.csv", index=False)
+    for model, profile in extra["profiles"].items():
+        profile.to_csv(gpu_folder(out) / profile_name(model, profile.batch_size, tuple(profile.input_shape)))
+    print(table[["model", "label", "measured_s", "predicted_s", "residual"]].to_string(), flush=True)
+    print("profiles' own references (un-hooked, hooked forward+backward s):", extra["references"], flush=True)
+
+
+def training(out: Path) -> None:
+    for algo in ("ssgd", "dear"):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "distsgd", "train", "--algo", algo, "--backend", "nccl", "--device", "cuda",
+                   "--nproc", "1", "--model", "mlp", "--data", "digits", "--steps", "60", "--out", tmp, "--json"]
+            t = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+            print(f"train {algo}: rc {done.returncode}, {time.perf_counter() - t:.1f} s", flush=True)
+            print(done.stdout[-2000:], done.stderr[-2000:], flush=True)
+            (out / f"train_{algo}.json").write_text(json.dumps(
+                {"rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for step in (profiles, validation, training):
+        t = time.perf_counter()
+        try:
+            step(out)
+        except Exception as e:         # keep going: each step's result is worth having alone
+            import traceback
+            traceback.print_exc()
+            print(f"{step.__name__} FAILED: {e}", flush=True)
+        print(f"== {step.__name__}: {time.perf_counter() - t:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
