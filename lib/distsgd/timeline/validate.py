@@ -248,9 +248,10 @@ def save(table: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def plot(table: pd.DataFrame, path: Path, title: str = "simulator vs benchmark") -> Path:
+def plot(table: pd.DataFrame, path: Path, title: str = "simulator vs benchmark", label: str = "validated") -> Path:
     """Simulated against measured step time of every pair (log-log), the ±`RESOLUTION` band around
-    the diagonal; pairs not validated here (`validated` false: not emulable, or p > cores) hollow."""
+    the diagonal; pairs not validated here (`validated` false: not emulable, or p > cores) hollow.
+    `label`: the legend of the solid points (a table without `validated` or `emulable` has only those)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -260,7 +261,7 @@ def plot(table: pd.DataFrame, path: Path, title: str = "simulator vs benchmark")
     validated = table[col] if col in table else pd.Series(True, index=table.index)
     for ok, g in table.groupby(validated):
         ax.scatter(1e3 * g.measured_s, 1e3 * g.predicted_s,
-                   label="validated" if ok else "not validated here (not emulable, or p > cores)",
+                   label=label if ok else "not validated here (not emulable, or p > cores)",
                    facecolors=None if ok else "none", edgecolors="C0" if ok else "C1")
     lim = np.array([0.5e3 * min(table.measured_s.min(), table.predicted_s.min()),
                     2e3 * max(table.measured_s.max(), table.predicted_s.max())])
