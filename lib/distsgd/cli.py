@@ -514,3 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     except (WorkerError, TimeoutError) as e:     # a rank failed, or local ranks ran past their deadline
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:                    # Ctrl-C: the launcher has stopped the local ranks
+        kept = f"; the rows measured so far are in {args.csv}" if args.command == "bench" and getattr(args, "csv", "") else ""
+        print(f"interrupted: {args.command} stopped{kept}", file=sys.stderr)
+        return 130
