@@ -1,6 +1,6 @@
-"""`python -m distsgd`: the command line (`distsgd.cli`)."""
-import sys
-
+"""`python -m distsgd`: the command line (`distsgd.cli`). A rank under torchrun or srun leaves
+without the interpreter's teardown, where gloo can abort a finished process (`comm.teardown`)."""
 from .cli import main
+from .comm.teardown import exit_process
 
-sys.exit(main())
+exit_process(main())

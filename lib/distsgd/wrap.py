@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from .algorithms import REGISTRY, Algorithm
-from .comm import Comm, Ledger, NetModel, parse_net
+from .comm import Comm, Ledger, NetModel, parse_net, teardown
 from .config import Config
 from .errors import ConfigError
 from .schedule import EXTERNAL
@@ -182,3 +182,4 @@ def finalize(model: torch.nn.Module, optimizer: DistributedOptimizer) -> None:
     algo.finalize()
     algo.comm.assert_drained()
     algo.comm.settle()          # every rank past its last collective: evaluating, exiting are safe
+    teardown.leave_at_exit()    # and at the script's end, no interpreter teardown (gloo's abort)

@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from . import teardown
 from .ledger import Entry, Ledger
 from .netmodel import NetModel, bytes_sent
 from .ring import FutureWork, RingReducer
@@ -50,6 +51,7 @@ def join_group(backend: str, timeout_s: float = 300.0, **kwargs) -> None:
         kwargs.update(store=dist.PrefixStore(f"distsgd/attempt-{attempt}", store), rank=rank,
                       world_size=world)
     dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+    teardown.mark_joined()
 
 
 _OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
