@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
+SUITE_JOBS ?= 2
 CONSTRAINTS := constraints.txt
 KERNEL ?= distsgd
 
@@ -25,9 +26,9 @@ venv: $(VENV)/.installed
 kernel: venv
 	$(PY) -m ipykernel install --user --name $(KERNEL) --display-name "Python ($(KERNEL))"
 
+# Four suites, two at a time (tests/run_suites.py), then the minutes of each against CI's budget.
 test: venv
-	$(PY) -m pytest tests $(PYTEST_ARGS)
-	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
+	$(PY) tests/run_suites.py --jobs $(SUITE_JOBS) -- $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -89,6 +89,7 @@ def test_torchrun_two_hosts_matches_one_host(tmp_path) -> None:
         assert sb[key] == pytest.approx(sa[key], rel=1e-6)
 
 
+@pytest.mark.timing
 @pytest.mark.multiproc
 def test_emulation_matches_shaped_network() -> None:
     """p = 4 hosts at 200 Mbit: all-reduce, reduce-scatter and all-gather agree within 15% at 8 MiB.

@@ -159,6 +159,7 @@ def _timed_allreduce(rank, world, numel, spec):
     return sync_s, async_s, modeled, ok
 
 
+@pytest.mark.timing
 @pytest.mark.multiproc
 def test_emulated_allreduce_takes_modeled_time_and_overlaps():
     world, numel = 4, 1_000_000                      # 4 MB

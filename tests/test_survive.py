@@ -178,6 +178,7 @@ CHAOS_ALGOS = ["ssgd", "local_sgd", "cocod_sgd", "compressed_sgd", "kavg", "dear
 FAIL_FAST_S = 10.0              # from the kill to WorkerError, at most
 
 
+@pytest.mark.timing
 @pytest.mark.multiproc
 def test_chaos_a_random_rank_killed_at_a_random_step(tmp_path, monkeypatch):
     """A seeded series: per algorithm, 2 or 3 ranks, a random rank SIGKILLed at a random step

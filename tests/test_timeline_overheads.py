@@ -135,6 +135,7 @@ def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
                for d in span(measured, "server steps"))
 
 
+@pytest.mark.timing
 @pytest.mark.multiproc
 def test_measured_overheads_are_of_the_right_magnitude() -> None:
     """Measured here on the MLP: a copy speed between 100 MB/s and 1 TB/s (a pass over memory, not

@@ -1,0 +1,115 @@
+"""`make test`: the test suites, `--jobs` at a time, then those that time wall clocks one at a
+time with nothing beside them (`quiet`), and at the end the minutes each took against the budget
+of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install included).
+
+    python tests/run_suites.py [--jobs 2] [--only NAME ...] [-- PYTEST_ARGS...]
+
+Each suite is one pytest process; its output is kept in a log and printed whole when it ends, so
+that two suites running together do not interleave. The longest suites start first. The exit
+status is pytest's worst: 0 only when every suite passed.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUDGET_MIN = 40.0                   # CI's budget for the whole of `make test`, install included
+NO_TESTS_SELECTED = 5               # pytest's exit status when its options deselect every test
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    args: tuple[str, ...]           # pytest's arguments (paths, options)
+    about: str
+    quiet: bool = False             # times wall clocks: runs alone, after the others
+
+
+# Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run
+# alone; the others decide on losses and accuracies, the same under load.
+NOTEBOOKS = sorted(str(p.relative_to(REPO)) for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+TIMED_NOTEBOOKS = tuple(n for n in NOTEBOOKS if Path(n).stem[:2] in ("00", "01", "06", "07", "08", "10"))
+OTHER_NOTEBOOKS = tuple(n for n in NOTEBOOKS if n not in TIMED_NOTEBOOKS)
+NOTEBOOK_RUNS = ("tests/test_notebook_params.py", "tests/test_dry_run.py")
+CLUSTER = ("tests/test_cluster_env.py", "tests/test_cluster_netns.py")
+SLURM = ("tests/test_cluster_slurm.py",)          # runs notebook 00 as a job: its verdicts are timed
+NOT_TIMED = ("-m", "not timing and not validation")
+TIMED = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
+                     if "pytest.mark.timing" in p.read_text()))   # the files to collect for -m timing
+SUITES = (    # within each group, longest first: two at a time, the short ones fill in behind
+    Suite("library", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM), *NOT_TIMED),
+          "unit and multi-process tests of lib/ and reproduce/"),
+    Suite("notebook-runs", (*NOTEBOOK_RUNS, *NOT_TIMED),
+          "every notebook at other world sizes and seeds; the full profile's dry run"),
+    Suite("notebooks", ("--nbval-lax", *OTHER_NOTEBOOKS),
+          "nbval: the notebooks decided on losses and accuracies"),
+    Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),
+    Suite("notebooks-timed", ("--nbval-lax", *TIMED_NOTEBOOKS),
+          "nbval: the notebooks decided on measured times", quiet=True),
+    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue", quiet=True),
+    Suite("timing", (*TIMED, "-m", "timing and not validation"), "tests that assert wall-clock times",
+          quiet=True),
+)
+
+
+@dataclass
+class Outcome:
+    suite: Suite
+    status: int
+    minutes: float
+    summary: str                    # pytest's last line ("842 passed, 2 skipped in ...")
+
+
+def run_suite(suite: Suite, pytest_args: list[str], logs: Path) -> Outcome:
+    log = logs / f"{suite.name}.log"
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        status = subprocess.call([sys.executable, "-m", "pytest", *suite.args, *pytest_args], cwd=REPO,
+                                 stdout=out, stderr=subprocess.STDOUT)
+    minutes = (time.monotonic() - t0) / 60
+    if status == NO_TESTS_SELECTED and pytest_args:      # e.g. `-k comm` selects nothing in this suite
+        status = 0
+    text = log.read_text()
+    print(f"\n{'=' * 30} suite {suite.name} ({suite.about}): exit {status}, {minutes:.1f} min {'=' * 30}\n"
+          f"{text}", flush=True)
+    lines = [line.strip("= ") for line in text.splitlines() if line.strip()]
+    return Outcome(suite, status, minutes, lines[-1] if lines else "(no output)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2, help="suites run at a time (default 2: the cores CI has)")
+    parser.add_argument("--only", nargs="+", choices=[s.name for s in SUITES], default=None, metavar="NAME",
+                        help=f"run only these suites: {', '.join(s.name for s in SUITES)}")
+    parser.add_argument("pytest_args", nargs="*", help="passed to every pytest (after --)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs: a positive number of suites, got {args.jobs}")
+    suites = [s for s in SUITES if args.only is None or s.name in args.only]
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="distsgd-suites-") as tmp:
+        def run(suite: Suite) -> Outcome:
+            return run_suite(suite, args.pytest_args, Path(tmp))
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            outcomes = list(pool.map(run, [s for s in suites if not s.quiet]))
+        outcomes += [run(s) for s in suites if s.quiet]
+    total = (time.monotonic() - t0) / 60
+    print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}  pytest")
+    for o in outcomes:
+        print(f"{o.suite.name:<15}{o.status:>5}{o.minutes:>9.1f}  {o.summary}")
+    print(f"{'all':<15}{max(o.status for o in outcomes):>5}{total:>9.1f}  {args.jobs} at a time; "
+          f"CI's budget for make test: {BUDGET_MIN:.0f} min with the install")
+    return max(o.status for o in outcomes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
