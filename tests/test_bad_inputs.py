@@ -94,6 +94,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("stage-steps-negative", ["--schedule", "stagewise", "--stage-steps", "-2"], "stage_steps"),
     ("stage-steps-without-stagewise", ["--stage-steps", "8"], "stage_steps"),
     ("stl-sgd-without-stages", ["--algo", "stl_sgd"], "schedule"),
+    # -- the multistep schedule (issue 34)
+    ("multistep-without-milestones", ["--schedule", "multistep"], "milestones"),
+    ("milestones-decreasing", ["--schedule", "multistep", "--milestones", "8", "4"], "milestones"),
+    ("milestones-without-multistep", ["--milestones", "8"], "milestones"),
 ]
 # Through `distsgd.run` only: values a command line cannot give.
 RUN_ONLY: list[tuple[str, dict, str]] = [

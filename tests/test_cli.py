@@ -34,6 +34,9 @@ def test_every_config_field_is_an_option_with_its_help(capsys) -> None:
         if kind is dict:
             argv += [flag, "key=[1,2]"]
             expected[f.name] = {"key": [1, 2]}
+        elif kind is list:
+            argv += [flag, "3", "5"]
+            expected[f.name] = [3, 5]
         elif kind is bool:
             argv.append(flag)
             expected[f.name] = not f.default
@@ -71,6 +74,8 @@ def test_dropit_shorthand_is_the_model_option() -> None:
     c = _train_config("--model-opt", "hidden=[32]", "--dropit-gamma", "0.5", "--dropit-strategy", "random")
     assert c.model_options == {"hidden": [32], "dropit": {"gamma": 0.5, "strategy": "random"}}
     assert _train_config("--model-opt", 'dropit={"gamma": 0.7}').model_options == {"dropit": {"gamma": 0.7}}
+    assert _train_config("--dropit-gamma", "0.9", "--dropit-all-layers").model_options == {
+        "dropit": {"gamma": 0.9, "all_layers": True}}
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -1,10 +1,10 @@
 """DropIT (lib/distsgd/memory): exact forward, exact input gradient, weight gradient from the
-zero-filled input, the kept-entry count, activation memory, eval mode, state_dict, and a
-distributed run with DropIT on."""
+zero-filled input, the kept-entry count (the authors' truncation), the stem and head left exact
+(as the authors train), activation memory, eval mode, state_dict, and a distributed run with
+DropIT on."""
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ from torch import nn
 
 import distsgd
 from distsgd.memory import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
-                            measure_activation_memory)
+                            measure_activation_memory, stem_and_head)
 from distsgd.models import build_model
 from distsgd.results import load_tensors
 
@@ -69,27 +69,38 @@ def test_forward_exact_and_input_and_bias_gradients_bit_identical_for_any_gamma(
                     assert not torch.equal(ours[key], exact[key]), (strategy, gamma, key)
 
 
-def test_kept_count_is_the_ceiling_of_the_kept_fraction():
-    assert kept_count(100, 0.7) == 30           # not 31: 1 - 0.7 = 0.30000000000000004 in binary
-    assert kept_count(100, 0.9) == 10           # not 9: int(100 * (1 - 0.9)) == 9 in binary
-    assert kept_count(91, 0.5) == 46            # ceil(45.5)
-    assert kept_count(91, 0.9) == 10            # ceil(9.1)
-    assert kept_count(5, 0.99) == 1             # at least one entry for any gamma < 1
+def test_kept_count_truncates_as_the_authors():
+    # the authors' select_mink: int(numel * (1 - gamma)) in binary floating point
+    assert kept_count(1000, 0.9) == 99          # 1 - 0.9 = 0.09999999999999998: 99.99... -> 99
+    assert kept_count(100, 0.9) == 9            # the old ceiling kept 10
+    assert kept_count(100, 0.7) == 30           # 1 - 0.7 = 0.30000000000000004: 30.000...04 -> 30
+    assert kept_count(91, 0.5) == 45           # int(45.5); the old ceiling kept 46
+    assert kept_count(91, 0.9) == 9             # int(9.1)
+    assert kept_count(5, 0.99) == 0             # under one entry: nothing kept, as the authors
     assert kept_count(91, 0.0) == 91
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("gamma", (0.0, *GAMMAS))
-def test_saved_entries_are_ceil_of_kept_fraction_with_int32_positions(strategy, gamma):
+@pytest.mark.parametrize("layer,shape", [
+    (lambda: nn.Linear(13, 4), (7, 13)),                   # 91 entries
+    (lambda: nn.Linear(10, 4), (10, 10)),                  # 100
+    (lambda: nn.Conv2d(3, 2, 3), (2, 3, 5, 5)),            # 150
+    (lambda: nn.Conv2d(8, 4, 3, padding=1), (5, 8, 5, 5)),  # 1000
+], ids=["linear91", "linear100", "conv150", "conv1000"])
+def test_saved_entries_are_the_authors_count_with_int32_positions(strategy, gamma, layer, shape):
     torch.manual_seed(0)
-    layers = [dropit(nn.Linear(13, 4), gamma, strategy), dropit(nn.Conv2d(3, 2, 3), gamma, strategy)]
-    inputs = [torch.randn(7, 13), torch.randn(2, 3, 5, 5)]
-    for layer, x in zip(layers, inputs):
-        values, positions, weight = layer(x).grad_fn.saved_tensors
-        expected = math.ceil(round((1 - gamma) * x.numel(), 9))
-        assert values.numel() == positions.numel() == expected
-        assert positions.dtype == torch.int32 and values.dtype == x.dtype
-        assert weight is layer.weight
+    wrapped, x = dropit(layer(), gamma, strategy), torch.randn(shape)
+    values, positions, weight = wrapped(x).grad_fn.saved_tensors
+    assert values.numel() == positions.numel() == int(x.numel() * (1 - gamma))
+    assert positions.dtype == torch.int32 and values.dtype == x.dtype
+    assert weight is wrapped.weight
+
+
+def test_a_layer_that_keeps_nothing_has_a_zero_weight_gradient():
+    layer = dropit(nn.Linear(4, 2), 0.9)                   # 8 entries: int(0.8) = 0 kept
+    layer(torch.randn(2, 4)).sum().backward()
+    assert torch.equal(layer.weight.grad, torch.zeros(2, 4)) and layer.bias.grad.abs().sum() > 0
 
 
 def _topk_mask(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -189,13 +200,45 @@ def test_opt_out_updates_and_bad_arguments():
 
 
 def test_model_option_dropit_wraps_the_built_model():
-    wrapped = build_model("cnn", (1, 8, 8), 10, dropit={"gamma": 0.7, "strategy": "random"})
+    wrapped = build_model("cnn", (1, 8, 8), 10, dropit={"gamma": 0.7, "strategy": "random", "all_layers": True})
     layers = dropit_layers(wrapped)
     assert set(layers) == set(dropit_layers(dropit(_model("cnn"), 0.7)))
     assert all((m.gamma, m.strategy) == (0.7, "random") for m in layers.values())
     assert all(m.strategy == "mink" for m in dropit_layers(build_model("mlp", (1, 8, 8), 10,
                                                                        dropit={"gamma": 0.5})).values())
     assert not dropit_layers(build_model("cnn", (1, 8, 8), 10, dropit={"gamma": 0}))   # 0: off
+
+
+# model, input shape, its stem and head (registration order = forward order), the layers between
+ENDS = [
+    ("cnn", (1, 8, 8), ("0", "8"), {"3"}),
+    ("mlp", (1, 8, 8), ("1", "5"), {"3"}),
+    ("resnet18", (3, 32, 32), ("conv1", "fc"), {"layer1.0.conv1", "layer2.0.downsample.0"}),
+    ("vit_tiny", (3, 32, 32), ("embed.conv", "head"), {"blocks.0.qkv", "blocks.0.ff2"}),
+]
+
+
+@pytest.mark.parametrize("name,shape,ends,inner", ENDS, ids=[e[0] for e in ENDS])
+def test_stem_and_head_are_exempt_by_default_and_wrapped_with_all_layers(name, shape, ends, inner):
+    options = {"depth": 1} if name == "vit_tiny" else {}
+    torch.manual_seed(0)
+    default = build_model(name, shape, 10, dropit={"gamma": 0.9}, **options)
+    assert stem_and_head(default) == ends
+    wrapped = set(dropit_layers(default))
+    assert not wrapped & set(ends) and inner <= wrapped
+    every = set(dropit_layers(build_model(name, shape, 10, dropit={"gamma": 0.9, "all_layers": True}, **options)))
+    assert every == wrapped | set(ends)
+    stem, head = (dict(default.named_modules())[n] for n in ends)
+    assert type(stem) in (nn.Conv2d, nn.Linear) and type(head) is nn.Linear
+
+
+def test_stem_and_head_of_models_with_one_layer_or_a_token_embedding():
+    assert stem_and_head(build_model("logistic", (1, 8, 8), 10)) == ("1",)     # one layer: both ends
+    assert not dropit_layers(build_model("logistic", (1, 8, 8), 10, dropit={"gamma": 0.9}))
+    chunks = build_model("transformer", (1, 8, 8), 10, depth=1)                # a Linear embeds the chunks
+    assert stem_and_head(chunks) == ("embed.embed", "head")
+    tokens = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 8), nn.Linear(8, 2))   # as BERT: no stem
+    assert stem_and_head(tokens) == ("2",)
 
 
 @pytest.mark.parametrize("option,field", [
@@ -205,6 +248,8 @@ def test_model_option_dropit_wraps_the_built_model():
     ({"gamma": 0.5, "strategy": "maxk"}, "model_options.dropit.strategy"),
     ({"strategy": "mink"}, "model_options.dropit"),
     ({"gamma": 0.5, "ratio": 0.5}, "model_options.dropit"),
+    ({"gamma": 0.5, "all_layers": "yes"}, "model_options.dropit.all_layers"),
+    ({"gamma": 0.5, "all_layers": 1}, "model_options.dropit.all_layers"),
     (0.9, "model_options.dropit"),
 ])
 def test_bad_dropit_option_fails_before_any_worker_starts(tmp_path, option, field):

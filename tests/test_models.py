@@ -116,7 +116,8 @@ def test_unknown_model_option_is_rejected():
 
 def test_all_models_are_listed():
     assert MODELS == ("logistic", "mlp", "cnn", "lenet5", "resnet20", "resnet18", "resnet34", "resnet50",
-                      "vgg16", "densenet201", "transformer", "vit_tiny", "bert_base", "bert_large")
+                      "preact_resnet18", "preact_resnet34", "vgg16", "densenet201", "transformer", "vit_tiny",
+                      "bert_base", "bert_large")
 
 
 # ---------------------------------------------------------------- the papers' models
@@ -132,6 +133,9 @@ PAPER_COUNTS = [
     ("vit_tiny", (3, 224, 224), 1000, 5_717_416),  # DeiT-Ti at ImageNet size, patch 16
     ("resnet34", CIFAR, 10, 21_282_122),
     ("resnet34", CIFAR, 100, 21_328_292),
+    ("preact_resnet18", CIFAR, 10, 11_171_146),   # LIEC-SGD's models/resnet.py header
+    ("preact_resnet34", CIFAR, 10, 21_279_306),
+    ("preact_resnet34", CIFAR, 100, 21_279_306 + 90 * 513),
     # DenseNet-201: torchvision's 20,013,928 at 1000 classes less 1920 x 990 + 990 of the head
     ("densenet201", (3, 224, 224), 10, 20_013_928 - 1920 * 990 - 990),
     ("densenet201", CIFAR, 10, 18_112_138 - 7 * 7 * 3 * 64 + 3 * 3 * 3 * 64),   # 3x3 CIFAR conv0
@@ -144,6 +148,21 @@ PAPER_COUNTS = [
 def test_papers_models_have_the_published_parameter_counts(name, shape, classes, expected):
     with torch.device("meta"):
         assert count(build_model(name, shape, classes)) == expected
+
+
+@pytest.mark.parametrize("name,units", [("preact_resnet18", 8), ("preact_resnet34", 16)])
+def test_preact_resnet_units_shortcuts_and_output_shape(name, units):
+    from distsgd.models.preact_resnet import PreActBlock
+
+    torch.manual_seed(0)
+    model = build_model(name, CIFAR, 10)
+    blocks = [m for m in model.modules() if isinstance(m, PreActBlock)]
+    assert len(blocks) == units
+    projections = [b.shortcut for b in blocks if b.shortcut is not None]
+    assert len(projections) == 3 and all(p.kernel_size == (1, 1) and p.stride == (2, 2) for p in projections)
+    assert model[0].kernel_size == (3, 3) and model[0].stride == (1, 1)       # CIFAR stem, no pooling
+    assert model(torch.randn(2, *CIFAR)).shape == (2, 10)
+    assert build_model(name, (1, 8, 8), 100)(torch.randn(3, 1, 8, 8)).shape == (3, 100)
 
 
 def test_resnet20_is_three_stages_of_three_blocks_with_parameter_free_shortcuts():

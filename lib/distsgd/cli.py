@@ -41,11 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one configuration and print its summary",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_options(t)
-    g = t.add_argument_group("DropIT", "shorthand for --model-opt dropit='{\"gamma\": G, \"strategy\": S}'")
+    g = t.add_argument_group("DropIT", "shorthand for --model-opt dropit='{\"gamma\": G, \"strategy\": S, "
+                                       "\"all_layers\": A}'")
     g.add_argument("--dropit-gamma", type=float, default=argparse.SUPPRESS, metavar="G",
                    help="drop this fraction of each Linear/Conv2d input kept for backward (0: off)")
     g.add_argument("--dropit-strategy", default=argparse.SUPPRESS, metavar="S",
                    help="mink (keep the largest entries, the default) or random")
+    g.add_argument("--dropit-all-layers", action="store_true", default=argparse.SUPPRESS,
+                   help="also drop in the stem and the classifier head (the authors leave them exact)")
     r = t.add_argument_group("this command")
     r.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
     r.add_argument("--reuse-stale", action="store_true",
@@ -103,7 +106,8 @@ def _kind(f: dataclasses.Field) -> type:
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     """One option per `Config` field, with the help (and choices) of its metadata: ``--field-name``
     (or the metadata's ``flag``) of the field's type; a dict field takes KEY=VALUE, repeatable; a
-    bool field is a switch, ``--no-field-name`` where it defaults to True."""
+    list field one or more values of its item type; a bool field is a switch, ``--no-field-name``
+    where it defaults to True."""
     group = parser.add_argument_group("run configuration (distsgd.Config)")
     for f in dataclasses.fields(Config):
         kind, help_ = _kind(f), f.metadata["help"].replace("%", "%%")
@@ -111,6 +115,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         flag = f.metadata.get("flag") or "--" + "no-" * negated + f.name.replace("_", "-")
         if kind is dict:
             group.add_argument(flag, dest=f.name, action="append", default=[], metavar="KEY=VALUE", help=help_)
+        elif kind is list:
+            (item,) = typing.get_args(_CONFIG_TYPES[f.name])
+            group.add_argument(flag, dest=f.name, nargs="+", type=item, default=[], metavar="N", help=help_)
         elif negated:                       # no default shown: it would read "do not ... (default: True)"
             group.add_argument(flag, dest=f.name, action="store_false", default=argparse.SUPPRESS,
                                help=f"do not {help_}")
@@ -131,7 +138,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     for f in dataclasses.fields(Config):
         if _kind(f) is dict:
             values[f.name] = parse_assignments(values[f.name], f.name)
-    dropit = {key: given[f"dropit_{key}"] for key in ("gamma", "strategy") if f"dropit_{key}" in given}
+    dropit = {key: given[f"dropit_{key}"] for key in ("gamma", "strategy", "all_layers")
+              if f"dropit_{key}" in given}
     if dropit:
         values["model_options"][DROPIT] = dropit
     return Config(**values)

@@ -18,7 +18,7 @@ from .errors import ConfigError
 OPTIMIZERS = ("sgd", "adam")
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
-SCHEDULES = ("constant", "cosine", "step", "stagewise")
+SCHEDULES = ("constant", "cosine", "step", "multistep", "stagewise")
 LAUNCHERS = ("auto", "spawn", "env")
 ON_NAN = ("stop", "continue")
 
@@ -34,10 +34,10 @@ TENSORBOARD_HINT = "needs the tensorboard package: pip install 'distsgd[tensorbo
 def _field(default: Any, help: str, **cli: Any) -> Any:
     """A Config field whose metadata holds its `help` and, in `cli`, what the command line needs
     beyond its name and type: ``choices`` (also checked by `Config.validate`) and ``flag`` (an
-    option name other than ``--field-name``). Dict fields get an empty dict as default."""
+    option name other than ``--field-name``). Dict and list fields get an empty one as default."""
     metadata = {"help": help, **cli}
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata=metadata)
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
@@ -53,11 +53,13 @@ class Config:
     params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
                                         "the algorithm's defaults fill in the rest", flag="--set")
     model: str = _field("mlp", "logistic, mlp, cnn, lenet5, resnet20, resnet18, resnet34, resnet50, "
-                               "vgg16, transformer, vit_tiny, bert_base, bert_large")
+                               "preact_resnet18, preact_resnet34, vgg16, densenet201, transformer, vit_tiny, "
+                               "bert_base, bert_large")
     model_options: dict[str, Any] = _field(
         {}, "a model option, repeatable (e.g. --model-opt hidden=[512,512]); "
-            "dropit={\"gamma\": G, \"strategy\": \"mink\"|\"random\"} trains the model's Linear/Conv2d "
-            "layers with DropIT", flag="--model-opt")
+            "dropit={\"gamma\": G, \"strategy\": \"mink\"|\"random\", \"all_layers\": false|true} trains "
+            "the model's Linear/Conv2d layers with DropIT, its stem and head exact as the authors' unless "
+            "all_layers", flag="--model-opt")
     data: str = _field("digits", "digits, synthetic-logistic, synthetic-lsq, cifar10, cifar100, imagenet")
     data_options: dict[str, Any] = _field({}, "a dataset option, repeatable (e.g. --data-opt download=true)",
                                           flag="--data-opt")
@@ -72,10 +74,14 @@ class Config:
     momentum: float = _field(0.0, "SGD momentum, 0 <= momentum < 1")
     weight_decay: float = _field(0.0, "L2 weight decay of the optimizer, >= 0")
     schedule: str = _field("constant", "learning-rate schedule (step: x0.1 at 50% and 75% of the steps; "
-                                       "stagewise: /2 every stage, stage s lasting stage_steps * 2^s "
-                                       "steps; distsgd.schedule)", choices=SCHEDULES)
+                                       "multistep: x0.1 at each of the milestones; stagewise: /2 every "
+                                       "stage, stage s lasting stage_steps * 2^s steps; distsgd.schedule)",
+                           choices=SCHEDULES)
     stage_steps: int = _field(0, "length T_0 of the first stage of the stagewise schedule (needed by "
                                  "it, 0 with the other schedules)")
+    milestones: list[int] = _field([], "steps (counted from 0) at which the multistep schedule multiplies "
+                                       "the rate by 0.1, increasing (needed by it, empty with the other "
+                                       "schedules)")
     warmup_steps: int = _field(0, "steps of linear learning-rate warm-up before the schedule")
     seed: int = _field(0, "seed of the model initialisation, the data and its partition")
     net: str = _field("", "emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
@@ -146,6 +152,7 @@ class Config:
                               "an integer >= 1" if self.schedule == "stagewise" else "0",
                               f"schedule={self.schedule!r}; only the stagewise schedule has stages "
                               "of stage_steps * 2^s steps")
+        _check_milestones(self.schedule, self.milestones)
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend", self.backend, BACKENDS, "nccl needs device=cuda")
         parse_net(self.net)
@@ -216,6 +223,20 @@ def _check_finite(name: str, value: Any) -> None:
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         _check_finite(f"{name}.{key}" if isinstance(value, dict) else f"{name}[{key}]", item)
+
+
+def _check_milestones(schedule: str, milestones: Any) -> None:
+    """The multistep schedule needs increasing steps >= 1; the other schedules none."""
+    if schedule != "multistep":
+        if milestones != []:
+            raise ConfigError("milestones", milestones, "[]",
+                              f"schedule={schedule!r}; only the multistep schedule has milestones")
+        return
+    if (not isinstance(milestones, list) or not milestones
+            or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in milestones)
+            or any(a >= b for a, b in zip(milestones, milestones[1:]))):
+        raise ConfigError("milestones", milestones, "a non-empty, strictly increasing list of integers >= 1",
+                          "schedule='multistep' multiplies the rate by 0.1 at each milestone step")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -6,7 +6,15 @@
     constant    lr
     cosine      lr * (1 + cos(pi * t / (steps - warmup_steps))) / 2
     step        lr * 0.1^s,  s = how many of 50% and 75% of the steps lie at or before step
+    multistep   lr * 0.1^s,  s = how many of the config's `milestones` lie at or before step
     stagewise   lr / 2^s,    stage s lasting stage_steps * 2^s steps (T_s = T_0 * 2^s)
+
+The step and multistep schedules are one rule (`milestones_of`): x0.1 at each milestone, a step
+counted from 0 as in torch's ``MultiStepLR`` (default gamma 0.1); the step schedule's milestones
+are fixed fractions of the run, multistep's are given in steps. Multistep is how a paper's epoch
+milestones are written: LIEC-SGD's authors (``chengyif/LIEC-SGD``, SPECS.md section b) decay x0.1
+at epoch 80 of 120, i.e. ``milestones=[80 * steps_per_epoch]``. A milestone at or past the last
+step never applies (so a shortened run keeps the config's milestones).
 
 The staged schedules (`STAGED`) hold their rate fixed within a stage; `stage_at` gives the stage
 of a step and `DECAY` the factor between stages, so an algorithm that changes something per stage
@@ -22,7 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .config import Config
 
-DECAY = {"step": 0.1, "stagewise": 0.5}     # the rate's factor from one stage to the next
+DECAY = {"step": 0.1, "multistep": 0.1, "stagewise": 0.5}   # the rate's factor from a stage to the next
 STAGED = tuple(DECAY)                       # the schedules whose rate is constant within a stage
 EXTERNAL = "external"   # the schedule of a `distsgd.wrap` config: the user's optimizer and
                         # scheduler set the rate; lr_at and stage_at are not asked
@@ -40,6 +48,14 @@ def stage_end(stage: int, stage_steps: int) -> int:
     return stage_steps * (2 ** (stage + 1) - 1)
 
 
+def milestones_of(config: "Config") -> list[float]:
+    """The steps at which the step or multistep schedule of `config` decays: 50% and 75% of the
+    steps (step), or the config's `milestones` (multistep)."""
+    if config.schedule == "step":
+        return [f * config.steps for f in STEP_AT]
+    return list(config.milestones)
+
+
 def stage_at(config: "Config", step: int) -> int:
     """How many times the schedule has decayed by `step` (0 during warm-up and for the
     schedules without stages)."""
@@ -48,7 +64,7 @@ def stage_at(config: "Config", step: int) -> int:
         return 0
     if config.schedule == "stagewise":
         return stagewise_stage(t, config.stage_steps)
-    return sum(step >= f * config.steps for f in STEP_AT)
+    return sum(step >= m for m in milestones_of(config))
 
 
 def lr_at(config: "Config", step: int) -> float:

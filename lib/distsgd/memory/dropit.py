@@ -2,11 +2,17 @@
 
 Chen et al., "DropIT: Dropping Intermediate Tensors for Memory-Efficient DNN Training", ICLR 2023,
 arXiv 2202.13808. In training mode (with autograd recording) a wrapped layer computes its exact
-output but keeps for backward only ``ceil((1 - γ) · numel)`` entries of its input (largest
-magnitudes for ``mink``, uniform for ``random``), rebuilding a zero-filled input for the weight
-gradient; the input and bias gradients stay exact (`functions`). In eval mode, or under
+output but keeps for backward only ``int(numel · (1 - γ))`` entries of its input (largest
+magnitudes for ``mink``, uniform for ``random``; `selection`), rebuilding a zero-filled input for
+the weight gradient; the input and bias gradients stay exact (`functions`). In eval mode, or under
 ``torch.no_grad()``, it is the plain layer. Modules with a true ``no_dropit`` attribute (the
 authors' opt-out) and the names in `skip` are left alone.
+
+Which layers: `dropit` is the authors' ``to_dropit`` (``dropit/dropiter.py``): it wraps every
+supported layer it is not told to skip. The authors exempt a network's two ends when they train:
+their DeiT (``benchmarks/deit/main.py``) marks the patch embedding's projection and the classifier
+head ``no_dropit``, their detectors the stem. `stem_and_head` names those two layers of any model, and
+`distsgd.models.build_model` skips them unless the model option asks for every layer.
 
 How it is installed, and why:
 
@@ -101,6 +107,29 @@ def dropit(model: nn.Module, gamma: float, strategy: str = "mink",
         module.__class__ = cls
         module.gamma, module.strategy = float(gamma), strategy
     return model
+
+
+def stem_and_head(model: nn.Module) -> tuple[str, ...]:
+    """The names of `model`'s stem and classifier head, the layers the authors exempt from DropIT.
+
+    Read in registration order (``model.named_modules()``), which is the order of the forward pass
+    in the kit's models and in torchvision's and timm's: the stem is the first of the model's
+    Linear, Conv2d and Embedding layers -- named only where it is a Linear or Conv2d (a token
+    embedding is no DropIT layer, so BERT-like models have no stem to exempt) -- and the head the
+    last Linear or Conv2d. A model with a single such layer (``logistic``) returns it once: it is
+    both ends. Empty for a model without Linear/Conv2d layers.
+    """
+    first: tuple[str, nn.Module] | None = None
+    last: str | None = None
+    for name, module in model.named_modules():
+        if first is None and isinstance(module, (nn.Linear, nn.Conv2d, nn.Embedding)):
+            first = (name, module)
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            last = name
+    ends = [first[0]] if first is not None and not isinstance(first[1], nn.Embedding) else []
+    if last is not None and last not in ends:
+        ends.append(last)
+    return tuple(ends)
 
 
 def dropit_layers(model: nn.Module) -> dict[str, DropITLayer]:

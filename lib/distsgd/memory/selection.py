@@ -6,10 +6,11 @@ or convolutional layer, only ``k`` of its entries. They are chosen over the whol
 dimension included (``x.reshape(-1)``), and stored as their values plus int32 positions. Backward
 rebuilds a zero-filled ``x̂`` with those values in place (the paper's "recovery by zero padding").
 
-Count convention: ``k = ceil((1 - γ) · numel)``. The authors' code takes ``int(numel · (1 - γ))``
-(the floor); the ceiling keeps at least one entry for every γ < 1, and the two differ by at most
-one entry. γ is read as a short decimal fraction (0.7 means 7/10), so the binary rounding of
-``1 - 0.7 = 0.30000000000000004`` cannot add an entry.
+Count convention (the authors' ``select_mink`` in ``dropit/dropiter.py``): ``k = int(numel · (1 - γ))``,
+truncated, in the same binary floating-point arithmetic, so that a layer keeps exactly as many
+entries as in the authors' runs: ``int(1000 · (1 - 0.9)) = 99`` (``1 - 0.9`` is
+``0.09999999999999998`` in binary), ``int(91 · 0.5) = 45``. A tensor with ``numel · (1 - γ) < 1``
+keeps nothing, so its weight gradient is zero, as in the authors' code.
 
 Strategies (`STRATEGIES`):
 
@@ -22,13 +23,11 @@ Strategies (`STRATEGIES`):
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import torch
 from torch import Tensor
 
 STRATEGIES = ("mink", "random")
-GAMMA_DENOMINATOR = 10**6          # γ is read as the nearest fraction with this denominator bound
 MAX_NUMEL = 2**31 - 1              # positions are stored as int32
 
 
@@ -45,9 +44,9 @@ def check_strategy(strategy: str) -> None:
 
 
 def kept_count(numel: int, gamma: float) -> int:
-    """How many of `numel` entries are kept at drop ratio `gamma`: ceil((1 - gamma) * numel)."""
-    keep = 1 - Fraction(gamma).limit_denominator(GAMMA_DENOMINATOR)
-    return math.ceil(keep * numel)
+    """How many of `numel` entries are kept at drop ratio `gamma`: ``int(numel * (1 - gamma))``,
+    the authors' truncation in floating point (module docstring)."""
+    return int(numel * (1 - gamma))
 
 
 def drop(x: Tensor, gamma: float, strategy: str) -> tuple[Tensor, Tensor]:

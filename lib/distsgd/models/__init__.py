@@ -9,6 +9,9 @@
   parameters (SSD-SGD).
 - ``resnet18``, ``resnet34``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a
   side (ResNet-18: CoCoD-SGD, LIEC-SGD; ResNet-34: LIEC-SGD on CIFAR-100).
+- ``preact_resnet18``, ``preact_resnet34``: the pre-activation ResNets of He et al. 2016 (identity
+  mappings) in the CIFAR variant LIEC-SGD's authors train (their ResNet-18 on CIFAR-10, ResNet-34
+  on CIFAR-100), 11,171,146 / 21,279,306 parameters for 10 classes.
 - ``vgg16``: torchvision's VGG-16-BN, CIFAR head for inputs up to 64 pixels a side (CoCoD-SGD).
 - ``densenet201``: torchvision's DenseNet-201, CIFAR stem for inputs up to 64 pixels a side
   (DeAR, the survey: 224x224).
@@ -19,10 +22,14 @@
 - ``bert_base``, ``bert_large``: BERT-Base/Large-like encoders (Devlin et al. 2019; DeAR, the
   survey) over token ids, input shape ``(seq_len,)``; option ``vocab`` (default 30522).
 
-Every model also takes the option ``dropit``: ``{"gamma": γ, "strategy": "mink" | "random"}``
-(strategy default ``mink``) trains its Linear and Conv2d layers with DropIT
-(`distsgd.memory.dropit`, Chen et al., ICLR 2023) at drop ratio 0 <= γ < 1; γ = 0 leaves the
-model unchanged.
+Every model also takes the option ``dropit``: ``{"gamma": γ, "strategy": "mink" | "random",
+"all_layers": false | true}`` (strategy default ``mink``, all_layers default false) trains its
+Linear and Conv2d layers with DropIT (`distsgd.memory.dropit`, Chen et al., ICLR 2023) at drop
+ratio 0 <= γ < 1; γ = 0 leaves the model unchanged. As the authors train (their DeiT marks the
+patch embedding and the head ``no_dropit``), the model's stem and classifier head stay exact
+(`distsgd.memory.stem_and_head`: e.g. resnet18's ``conv1`` and ``fc``, vit_tiny's ``embed.conv``
+and ``head``; the single layer of ``logistic``, so DropIT leaves it unchanged); ``all_layers:
+true`` wraps them too (the kit's behaviour before it followed the authors).
 
 No weights are ever downloaded. Initialization draws from torch's global generator: the caller
 seeds it (the same seed on every rank gives identical models); builders never reseed.
@@ -50,6 +57,8 @@ _BUILDERS: dict[str, str] = {
     "resnet18": "resnet",
     "resnet34": "resnet",
     "resnet50": "resnet",
+    "preact_resnet18": "preact_resnet",
+    "preact_resnet34": "preact_resnet",
     "vgg16": "vgg",
     "densenet201": "densenet",
     "transformer": "transformer",
@@ -87,36 +96,43 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         dropit_setting(options[DROPIT])
 
 
-def dropit_setting(option: Any) -> tuple[float, str]:
-    """(gamma, strategy) of a `DROPIT` option ``{"gamma": γ, "strategy": s}``; ConfigError if
-    it is not such a dict, γ is not in [0, 1) or s is not a DropIT strategy."""
+def dropit_setting(option: Any) -> tuple[float, str, bool]:
+    """(gamma, strategy, all_layers) of a `DROPIT` option ``{"gamma": γ, "strategy": s,
+    "all_layers": a}`` (s and a optional: ``"mink"``, false); ConfigError if it is not such a
+    dict, γ is not in [0, 1), s is not a DropIT strategy or a is not a bool."""
     from ..memory.selection import STRATEGIES, check_gamma
 
-    if not (isinstance(option, dict) and "gamma" in option and set(option) <= {"gamma", "strategy"}):
+    if not (isinstance(option, dict) and "gamma" in option
+            and set(option) <= {"gamma", "strategy", "all_layers"}):
         raise ConfigError(f"model_options.{DROPIT}", option,
-                          '{"gamma": G} or {"gamma": G, "strategy": S} (0 <= G < 1, S: '
-                          + " or ".join(STRATEGIES) + ")")
+                          '{"gamma": G}, optionally with "strategy": S and "all_layers": A (0 <= G < 1, S: '
+                          + " or ".join(STRATEGIES) + ", A: true or false)")
     gamma, strategy = option["gamma"], option.get("strategy", "mink")
+    all_layers = option.get("all_layers", False)
     try:
         check_gamma(gamma)
     except ValueError:
         raise ConfigError(f"model_options.{DROPIT}.gamma", gamma, "0 <= gamma < 1 (0: DropIT off)") from None
     if strategy not in STRATEGIES:
         raise ConfigError(f"model_options.{DROPIT}.strategy", strategy, STRATEGIES)
-    return float(gamma), strategy
+    if not isinstance(all_layers, bool):
+        raise ConfigError(f"model_options.{DROPIT}.all_layers", all_layers, "true or false",
+                          "false: the stem and the head stay exact, as the authors train; "
+                          "true: every Linear/Conv2d layer")
+    return float(gamma), strategy, all_layers
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
                 **options: Any) -> nn.Module:
     """Build model `name` for inputs of shape `input_shape` (one sample) and `num_classes`
-    outputs, with DropIT if `options` hold a `DROPIT` option with γ > 0. Unknown names and bad
-    options raise ConfigError."""
+    outputs, with DropIT if `options` hold a `DROPIT` option with γ > 0 (stem and head exempt
+    unless its ``all_layers``). Unknown names and bad options raise ConfigError."""
     check_options(name, options)
     setting = options.pop(DROPIT, None)
     model = _builder(name)(tuple(input_shape), num_classes, **options)
     if setting is not None:
-        gamma, strategy = dropit_setting(setting)
+        gamma, strategy, all_layers = dropit_setting(setting)
         if gamma > 0:
-            from ..memory import dropit
-            dropit(model, gamma, strategy)
+            from ..memory import dropit, stem_and_head
+            dropit(model, gamma, strategy, skip=() if all_layers else stem_and_head(model))
     return model
