@@ -40,7 +40,7 @@ CASES: dict[str, dict] = {
     "dear": {"threshold_mb": 0.0005},
 }
 PLAIN_SGD = {"vrl_sgd"}            # defined for SGD without momentum
-SCHEDULE = {"stl_sgd": {"schedule": "stagewise", "stage_steps": 2}}   # default: constant
+SCHEDULE = {"stl_sgd": {"schedule": "stagewise", "stage_steps": 2}}   # default: T_0 = steps // 7
 
 
 def _model(seed: int) -> torch.nn.Module:

@@ -93,7 +93,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("stagewise-without-stage-steps", ["--schedule", "stagewise"], "stage_steps"),
     ("stage-steps-negative", ["--schedule", "stagewise", "--stage-steps", "-2"], "stage_steps"),
     ("stage-steps-without-stagewise", ["--stage-steps", "8"], "stage_steps"),
-    ("stl-sgd-without-stages", ["--algo", "stl_sgd"], "schedule"),
+    ("stl-sgd-on-a-schedule-without-stages", ["--algo", "stl_sgd", "--schedule", "cosine"], "schedule"),
     # -- the multistep schedule (issue 34)
     ("multistep-without-milestones", ["--schedule", "multistep"], "milestones"),
     ("milestones-decreasing", ["--schedule", "multistep", "--milestones", "8", "4"], "milestones"),

@@ -8,7 +8,9 @@ import typing
 import pytest
 
 from distsgd import cli
+from distsgd.algorithms import REGISTRY
 from distsgd.config import Config
+from distsgd.errors import ConfigError
 
 
 def _train_config(*argv: str) -> Config:
@@ -67,6 +69,31 @@ def test_defaults_and_existing_option_names() -> None:
                        net="1GbE", backend="gloo", device="cpu", launcher="spawn", log_every=2,
                        eval_every=0, eval_samples=64, eval_train=True, timeout_s=9.0, name="n", out="o",
                        progress=False)
+
+
+@pytest.mark.parametrize("algo", sorted(REGISTRY))
+def test_every_algorithm_of_list_runs_with_no_other_flag(algo: str) -> None:
+    """`python -m distsgd train --algo X` is a valid run for every X of `list` (issue 36): an
+    algorithm that needs a stagewise schedule brings it (Algorithm.default_schedule)."""
+    config = _train_config("--algo", algo).validate()
+    assert config.schedule == REGISTRY[algo].default_schedule
+    assert config.stage_steps == (42 if config.schedule == "stagewise" else 0)     # 300 steps // 7
+
+
+def test_stl_sgd_default_schedule_and_an_explicit_choice() -> None:
+    """STL-SGD given no schedule trains on the stagewise one, T_0 from the run length after warm-up
+    unless --stage-steps is given; a schedule the user names is checked, not replaced."""
+    c = _train_config("--algo", "stl_sgd", "--steps", "100", "--warmup-steps", "2").validate()
+    assert (c.schedule, c.stage_steps) == ("stagewise", 14)
+    c = _train_config("--algo", "stl_sgd", "--stage-steps", "5").validate()
+    assert (c.schedule, c.stage_steps) == ("stagewise", 5)
+    assert _train_config("--algo", "stl_sgd", "--steps", "3").validate().stage_steps == 1
+    with pytest.raises(ConfigError, match=r"invalid schedule='cosine'; allowed: step, multistep, stagewise"):
+        _train_config("--algo", "stl_sgd", "--schedule", "cosine").validate()
+    with pytest.raises(ConfigError, match=r"invalid stage_steps=0; allowed: an integer >= 1"):
+        _train_config("--algo", "stl_sgd", "--schedule", "stagewise").validate()
+    with pytest.raises(ConfigError, match=r"invalid stage_steps=8; allowed: 0"):
+        _train_config("--algo", "ssgd", "--stage-steps", "8").validate()
 
 
 def test_dropit_shorthand_is_the_model_option() -> None:

@@ -297,4 +297,4 @@ def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_pa
     assert summary["status"] == "finished" and summary["steps"] == 60
     step = re.search(r"stopped by a signal \(SIGTERM or SIGUSR1\) after step (\d+)", text)
     assert step, text                                    # the first start saved and stopped
-    assert f"resuming {run.name} from its checkpoint of step {step.group(1)}" in text, text
+    assert f"{run.name} resumed from the checkpoint of step {step.group(1)}" in text, text

@@ -59,10 +59,11 @@ def _rank_rows(run_dir: Path, rank: int) -> pd.DataFrame:
 
 
 @pytest.mark.multiproc
-def test_rows_are_on_disk_as_logged_and_a_resumed_run_rewrites_them(tmp_path, monkeypatch):
+def test_rows_are_on_disk_as_logged_and_a_resumed_run_rewrites_them(tmp_path, monkeypatch, capfd):
     """Rank 1 is killed at step 10: the rows of steps 3, 6 and 9 are on both ranks' disks, `show`
-    says the run failed, naming the rank, and where it resumes (step 8). Resumed, each rank's
-    file holds an uninterrupted run's rows: row 9 of the killed attempt is not there twice."""
+    says the run failed, naming the rank, and where it resumes (step 8). Resumed, it says so in
+    the caller's output, and each rank's file holds an uninterrupted run's rows: row 9 of the
+    killed attempt is not there twice."""
     fields = dict(RUN, algo="local_sgd", params=CASES["local_sgd"], momentum=0.9)
     straight = distsgd.run(out=str(tmp_path / "straight"), **fields)
     resumable = dict(fields, out=str(tmp_path / "resumed"), checkpoint_every=4)
@@ -80,7 +81,9 @@ def test_rows_are_on_disk_as_logged_and_a_resumed_run_rewrites_them(tmp_path, mo
     assert re.search(r"^ +9 +\d", shown, re.M), shown            # the last row logged, merged
 
     monkeypatch.delenv(FAULT_ENV)
+    capfd.readouterr()
     resumed = distsgd.run(**resumable)
+    assert f"distsgd: {run_dir.name} resumed from the checkpoint of step 8\n" in capfd.readouterr().err
     _same_params(straight.state_dict(), resumed.state_dict())
     for rank in (0, 1):
         pd.testing.assert_frame_equal(_rank_rows(resumed.path, rank),
@@ -166,6 +169,7 @@ def test_torchrun_template_restarts_and_resumes_bitwise(tmp_path):
     assert proc.returncode == 0, log[-6000:]
     assert f"{FAULT_ENV}: kill at step 10" in log, log[-6000:]      # the first attempt did fail
     assert "up to 1 restart(s)" in log
+    assert f"{straight.path.name} resumed from the checkpoint of step 8" in log, log[-6000:]
     resumed = distsgd.Result.load(tmp_path / "torchrun" / straight.path.name)
     _same_params(straight.state_dict(), resumed.state_dict())
     pd.testing.assert_frame_equal(resumed.metrics.drop(columns=CLOCK),

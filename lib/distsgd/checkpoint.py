@@ -37,6 +37,11 @@ def step_dir(run_dir: Path, step: int) -> Path:
     return root(run_dir) / f"step-{step}"
 
 
+def step_of(directory: Path) -> int:
+    """The step of checkpoint directory `directory` (that `step_dir` named)."""
+    return int(directory.name.removeprefix("step-"))
+
+
 def rank_file(directory: Path, rank: int) -> Path:
     return directory / f"rank{rank}.pt"
 

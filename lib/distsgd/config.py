@@ -73,12 +73,14 @@ class Config:
     optimizer: str = _field("sgd", "the optimizer every rank steps", choices=OPTIMIZERS)
     momentum: float = _field(0.0, "SGD momentum, 0 <= momentum < 1")
     weight_decay: float = _field(0.0, "L2 weight decay of the optimizer, >= 0")
-    schedule: str = _field("constant", "learning-rate schedule (step: x0.1 at 50% and 75% of the steps; "
-                                       "multistep: x0.1 at each of the milestones; stagewise: /2 every "
-                                       "stage, stage s lasting stage_steps * 2^s steps; distsgd.schedule)",
-                           choices=SCHEDULES)
+    schedule: str = _field("", "learning-rate schedule ('': the algorithm's own, stagewise for stl_sgd, "
+                               "constant for the others; step: x0.1 at 50% and 75% of the steps; "
+                               "multistep: x0.1 at each of the milestones; stagewise: /2 every stage, "
+                               "stage s lasting stage_steps * 2^s steps; distsgd.schedule)", choices=SCHEDULES)
     stage_steps: int = _field(0, "length T_0 of the first stage of the stagewise schedule (needed by "
-                                 "it, 0 with the other schedules)")
+                                 "it, 0 with the other schedules; where the stagewise schedule is the "
+                                 "algorithm's own (no schedule given), 0 means three full stages: "
+                                 "T_0 = (steps - warmup_steps) // 7)")
     milestones: list[int] = _field([], "steps (counted from 0) at which the multistep schedule multiplies "
                                        "the rate by 0.1, increasing (needed by it, empty with the other "
                                        "schedules)")
@@ -114,7 +116,8 @@ class Config:
     def validate(self) -> "Config":
         """Check every field; raise ConfigError naming the field and what is allowed.
 
-        Returns a copy whose `params` include the algorithm's defaults.
+        Returns a copy whose `params` include the algorithm's defaults and whose schedule is the
+        algorithm's where it was '' (`_with_algorithm_schedule`).
         """
         from . import algorithms, data, models  # late: these import torch
         from .comm.netmodel import parse_net
@@ -136,6 +139,8 @@ class Config:
         _check_int("eval_samples", self.eval_samples, 1)
         _check_int("seed", self.seed, 0)
         _check_int("checkpoint_every", self.checkpoint_every, 0)
+        if self.schedule == "":
+            return self._with_algorithm_schedule().validate()
         _check_number("lr", self.lr, lambda v: v > 0, "a finite number > 0")
         _check_number("momentum", self.momentum, lambda v: 0 <= v < 1, "0 <= momentum < 1")
         _check_number("weight_decay", self.weight_decay, lambda v: v >= 0, "a finite number >= 0")
@@ -160,6 +165,19 @@ class Config:
         params = algo.resolve_params(self.params)
         algo.check_config(params, self)
         return dataclasses.replace(self, params=params)
+
+    def _with_algorithm_schedule(self) -> "Config":
+        """This config with schedule '' replaced by the algorithm's (`Algorithm.default_schedule`);
+        a stagewise one given no stage_steps gets `schedule.default_stage_steps` of the run length.
+        Its algo, steps, warmup_steps and stage_steps must be valid (`validate` checks them first)."""
+        from .algorithms import REGISTRY
+        from .schedule import default_stage_steps
+
+        schedule = REGISTRY[self.algo].default_schedule
+        stage_steps = self.stage_steps
+        if schedule == "stagewise" and stage_steps == 0:
+            stage_steps = default_stage_steps(self.steps, self.warmup_steps)
+        return dataclasses.replace(self, schedule=schedule, stage_steps=stage_steps)
 
     # ------------------------------------------------------------------ identity
     def hashed_fields(self) -> dict[str, Any]:

@@ -139,10 +139,11 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> None:
+def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> int | None:
     """Run directory for `config`: stale outputs of an unfinished earlier attempt removed, its
     latest complete checkpoint for this config and code version kept (the run resumes there)
-    when `resume`, else every checkpoint removed (the run starts from step 0)."""
+    when `resume`, else every checkpoint removed (the run starts from step 0). Returns the step
+    of the checkpoint the run resumes from, None for a start from step 0."""
     from . import checkpoint        # late: it imports this module
 
     for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt"):
@@ -158,6 +159,7 @@ def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> None:
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment_info())
+    return None if latest is None else checkpoint.step_of(latest)
 
 
 def finished_code_version(run_dir: Path, config: Config) -> str | None:

@@ -69,7 +69,8 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     world).
 
     A run that stopped (a failed rank, a preemption signal) resumes from its latest complete
-    checkpoint (`checkpoint_every`) unless `force`, which starts it afresh.
+    checkpoint (`checkpoint_every`) unless `force`, which starts it afresh; it says so on stderr
+    ("distsgd: RUN resumed from the checkpoint of step N").
     Bad fields, and data that the config does not fit (`distsgd.preflight`), raise ConfigError
     before any process starts. A finished run with the same config hash, made by the same code
     version, is loaded instead of recomputed unless `force`; one made by other code (the library
@@ -93,14 +94,23 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     if env_launch:
         if _must_compute(run_dir, config, force, reuse_stale):
             if os.environ.get("RANK") == "0":
-                prepare_run_dir(run_dir, config, resume=not force)
+                _prepare(run_dir, config, force)
             launch(config, run_dir)
         return _outcome(run_dir)
     with _locked(run_dir):
         if _must_compute(run_dir, config, force, reuse_stale):
-            prepare_run_dir(run_dir, config, resume=not force)
+            _prepare(run_dir, config, force)
             launch(config, run_dir)
     return _outcome(run_dir)
+
+
+def _prepare(run_dir: Path, config: Config, force: bool) -> None:
+    """`prepare_run_dir` (from step 0 when `force`), saying on stderr, the user's terminal (the
+    job's log under torchrun/srun), when the run resumes from a checkpoint."""
+    step = prepare_run_dir(run_dir, config, resume=not force)
+    if step is not None:
+        print(f"distsgd: {run_dir.name} resumed from the checkpoint of step {step}",
+              file=sys.stderr, flush=True)
 
 
 def _outcome(run_dir: Path) -> Result:

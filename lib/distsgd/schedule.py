@@ -35,6 +35,7 @@ STAGED = tuple(DECAY)                       # the schedules whose rate is consta
 EXTERNAL = "external"   # the schedule of a `distsgd.wrap` config: the user's optimizer and
                         # scheduler set the rate; lr_at and stage_at are not asked
 STEP_AT = (0.5, 0.75)                       # the step schedule's decays, as fractions of the steps
+DEFAULT_STAGES = 3      # full stages of a stagewise schedule whose stage_steps is derived
 
 
 def stagewise_stage(t: int, stage_steps: int) -> int:
@@ -54,6 +55,12 @@ def milestones_of(config: "Config") -> list[float]:
     if config.schedule == "step":
         return [f * config.steps for f in STEP_AT]
     return list(config.milestones)
+
+
+def default_stage_steps(steps: int, warmup_steps: int) -> int:
+    """T_0 of a stagewise schedule given no stage_steps: the largest for which the steps after
+    warm-up hold DEFAULT_STAGES full stages (T_0 * (2^3 - 1) <= steps - warmup_steps), at least 1."""
+    return max(1, (steps - warmup_steps) // stage_end(DEFAULT_STAGES - 1, 1))
 
 
 def stage_at(config: "Config", step: int) -> int:

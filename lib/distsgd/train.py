@@ -11,7 +11,6 @@ process group and builds the Trainer, is `distsgd.worker`.
 """
 from __future__ import annotations
 
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -251,9 +250,6 @@ class Trainer:
         self.window_n, self.elapsed_s, self.eval_s = state["window_n"], state["elapsed_s"], state["eval_s"]
         if state["nonfinite"] is not None:
             self.divergence.found = NonFinite(**state["nonfinite"])
-        if self.comm.rank == 0:             # in the job's log under torchrun/srun, else rank 0's
-            print(f"distsgd: resuming {self.run_dir.name} from its checkpoint of step "
-                  f"{state['step']}", file=sys.stderr, flush=True)
         return state["step"]
 
     def objective(self) -> float:

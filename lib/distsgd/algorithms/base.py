@@ -82,6 +82,9 @@ class Algorithm:
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
     state_fields: ClassVar[tuple[str, ...]] = ()     # this class's runtime state (see the module doc)
+    # the learning-rate schedule of a config that names none (Config.schedule ''; Config.validate
+    # gives a stagewise one stage_steps = `schedule.default_stage_steps` where stage_steps is 0)
+    default_schedule: ClassVar[str] = "constant"
 
     model: torch.nn.Module                 # the model of this rank
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)
