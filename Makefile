@@ -26,7 +26,8 @@ venv: $(VENV)/.installed
 kernel: venv
 	$(PY) -m ipykernel install --user --name $(KERNEL) --display-name "Python ($(KERNEL))"
 
-# Four suites, two at a time (tests/run_suites.py), then the minutes of each against CI's budget.
+# Five suites two at a time, then the timed ones alone (tests/run_suites.py), and the minutes of each
+# against CI's budget.
 test: venv
 	$(PY) tests/run_suites.py --jobs $(SUITE_JOBS) -- $(PYTEST_ARGS)
 

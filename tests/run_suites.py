@@ -37,19 +37,20 @@ class Suite:
 NOTEBOOKS = sorted(str(p.relative_to(REPO)) for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TIMED_NOTEBOOKS = tuple(n for n in NOTEBOOKS if Path(n).stem[:2] in ("00", "01", "06", "07", "08", "10"))
 OTHER_NOTEBOOKS = tuple(n for n in NOTEBOOKS if n not in TIMED_NOTEBOOKS)
-NOTEBOOK_RUNS = ("tests/test_notebook_params.py", "tests/test_dry_run.py")
+PARAMS, DRY_RUN = "tests/test_notebook_params.py", "tests/test_dry_run.py"
+NOTEBOOK_RUNS = (PARAMS, DRY_RUN)
 CLUSTER = ("tests/test_cluster_env.py", "tests/test_cluster_netns.py")
 SLURM = ("tests/test_cluster_slurm.py",)          # runs notebook 00 as a job: its verdicts are timed
 NOT_TIMED = ("-m", "not timing and not validation")
 TIMED = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
                      if "pytest.mark.timing" in p.read_text()))   # the files to collect for -m timing
-SUITES = (    # within each group, longest first: two at a time, the short ones fill in behind
-    Suite("library", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM), *NOT_TIMED),
-          "unit and multi-process tests of lib/ and reproduce/"),
-    Suite("notebook-runs", (*NOTEBOOK_RUNS, *NOT_TIMED),
-          "every notebook at other world sizes and seeds; the full profile's dry run"),
+SUITES = (    # within each group, longest first (CI of 2026-11-26): two at a time, the short ones fill in behind
+    Suite("dry-run", (DRY_RUN, *NOT_TIMED), "every notebook at the full profile's parameters, 2 steps a run"),
     Suite("notebooks", ("--nbval-lax", *OTHER_NOTEBOOKS),
           "nbval: the notebooks decided on losses and accuracies"),
+    Suite("library", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM), *NOT_TIMED),
+          "unit and multi-process tests of lib/ and reproduce/"),
+    Suite("notebook-params", (PARAMS, *NOT_TIMED), "every notebook at other world sizes and seeds (dry run)"),
     Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),
     Suite("notebooks-timed", ("--nbval-lax", *TIMED_NOTEBOOKS),
           "nbval: the notebooks decided on measured times", quiet=True),
