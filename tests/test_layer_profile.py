@@ -111,14 +111,19 @@ def test_flops_per_layer_sum_to_flop_counters_totals_and_match_linear_layers():
     assert sum(it.forward.values()) + sum(it.backward.values()) == counter.get_total_flops()
 
 
-def test_measured_profile_bytes_order_and_hooks_against_the_unhooked_iteration(tmp_path):
+@pytest.mark.timing
+def test_hooked_iteration_takes_the_time_of_the_unhooked_one():
     # First layer 3072 x 512 dominates: losing its interval (or double counting one) moves the ratio
     # by far more than the tolerance. The hooks cost ~1 us per stamp (14 stamps) against ~3 ms per
-    # iteration; the rest of the tolerance is load from other processes on a shared 2-core machine,
-    # damped by medians over interleaved hooked/un-hooked rounds (ratios of 1.03-1.05 seen alone).
+    # iteration; medians over interleaved hooked/un-hooked rounds (ratios of 1.03-1.05 seen alone).
+    # A wall-clock ratio: it runs in the `timing` suite, alone (1.50 beside the notebooks in CI).
     m = measure("mlp", (3, 32, 32), 16, reps=7, warmup=2, threads=1, options={"hidden": [512, 512]})
-    p = m.profile
     assert 0.8 < m.hook_ratio < 1.25, m.hook_ratio
+
+
+def test_measured_profile_bytes_and_order(tmp_path):
+    m = measure("mlp", (3, 32, 32), 16, reps=3, warmup=1, threads=1, options={"hidden": [512, 512]})
+    p = m.profile
     assert [layer.name for layer in p.layers] == ["5", "3", "1"]
     torch.manual_seed(0)
     model = build_model("mlp", (3, 32, 32), 10, hidden=[512, 512])
