@@ -62,9 +62,20 @@ def gpu_validation(root: Path) -> str:
     return table + "\n\n" + "\n".join(f"- {model}: {run}; {machine}" for model, run, machine in runs)
 
 
+def survey_validation(root: Path) -> str:
+    """figures/07_survey_systems/validation.csv: notebook 07's measured steps vs the simulator."""
+    rows = _rows(root, "figures/07_survey_systems/validation.csv")
+    rows.sort(key=lambda r: (r["model"], r["net_name"], r["label"]))
+    return _table(
+        ["model", "network", "p", "schedule", "measured ms", "predicted ms", "residual", "emulable"],
+        [[r["model"], r["net_name"], r["nproc"], r["label"], _ms(r["measured_s"]), _ms(r["predicted_s"]),
+          _pct(r["residual"]), r["emulable"]] for r in rows])
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "verdicts": verdicts,
     "timeline_validation": timeline_validation,
+    "survey_validation": survey_validation,
     "gpu_validation": gpu_validation,
 }
 
