@@ -9,7 +9,7 @@ SUITE_JOBS ?= 2
 CONSTRAINTS := constraints.txt
 KERNEL ?= distsgd
 
-.PHONY: venv kernel test test-unit test-notebooks test-params test-cluster validate reproduce report list clean
+.PHONY: venv kernel test test-unit test-notebooks test-params test-cluster validate reproduce report docs list clean
 
 # The venv is rebuilt when pyproject.toml (the ranges) or constraints.txt (the exact versions the
 # kit is tested with) changes; pip installs the ranges under the constraints.
@@ -47,7 +47,7 @@ test-cluster: venv
 
 # The simulator against measured step times on this machine (every schedule, p = 2 and 4; asserted
 # within 15% at p <= cores): not part of `test`, ~7 minutes of timing that need a quiet machine
-# (tests/test_timeline_validation.py; README "Validation" has the runs).
+# (tests/test_timeline_validation.py; docs/validation.md has the runs).
 validate: venv
 	$(PY) -m pytest tests/test_timeline_validation.py -m validation $(PYTEST_ARGS)
 
@@ -59,8 +59,13 @@ reproduce: venv
 report: venv
 	$(PY) reproduce/run.py --profile $(PROFILE) --report-only $(if $(filter quick,$(PROFILE)),--update-readme)
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, a missing anchor
+# or a page outside the nav fails (tests/test_docs.py runs the same build in `make test`).
+docs: venv
+	$(PY) -m mkdocs build --strict
+
 list: venv
 	$(PY) -m distsgd list
 
 clean:
-	rm -rf results reproduce/runs .pytest_cache
+	rm -rf results reproduce/runs .pytest_cache site

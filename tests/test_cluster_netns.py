@@ -2,7 +2,7 @@
 
 1. torchrun across 2 hosts: each namespace runs
    ``torchrun --nnodes 2 --node-rank i --rdzv-backend c10d --rdzv-endpoint HOST0:PORT
-   -m distsgd train --launcher env ...`` (the README's multi-node recipe) with GLOO_SOCKET_IFNAME
+   -m distsgd train --launcher env ...`` (the multi-node recipe of docs/clusters.md) with GLOO_SOCKET_IFNAME
    set to its veth and a shared --out (the cluster's shared file system). The merged metrics must
    equal those of the same config run on one host (spawn, nproc 2).
 2. `distsgd.bench.validate_emulation`: collectives over 4 namespaces shaped with tc tbf vs

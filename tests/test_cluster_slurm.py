@@ -6,7 +6,7 @@ directory; ``SLURM_CONF`` points the clients at it), starts munged (unless one a
 slurmctld and slurmd, and stops what it started when the module's tests are done. The recipe is
 the one in ../shared/ENVIRONMENT.md. Skips with the reason when not root or without apt-get.
 
-Then, as a user would (README, "On a cluster"):
+Then, as a user would (docs/clusters.md, "On a cluster"):
 - ``PROFILE=quick ONLY=00 sbatch reproduce/slurm/papermill.sbatch``: the executed notebook, its
   figures, claims table and summary.csv must exist and the notebook must have run;
 - ``BACKEND=gloo GPUS_PER_NODE=2 sbatch --gpus-per-node=0 reproduce/slurm/train.sbatch ...``:

@@ -53,7 +53,7 @@ def test_predict_unscaled_keeps_the_profiles_own_compute():
 # Not a CI gate (marker `validation`, deselected by default; `make validate` runs it: ~7 minutes of
 # timing that need a quiet machine). It asserts the pairs `validate` counts as validation: an
 # emulable network and p <= this machine's cores (the module docstring of `timeline.validate` says
-# why); the others are printed. README, "Systems at the papers' scale", has the runs.
+# why); the others are printed. docs/validation.md has the runs.
 @pytest.mark.multiproc
 @pytest.mark.validation
 def test_simulator_predicts_every_schedule_within_the_resolution():
