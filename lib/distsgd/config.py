@@ -21,6 +21,10 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step", "multistep", "stagewise")
 LAUNCHERS = ("auto", "spawn", "env")
 ON_NAN = ("stop", "continue")
+# The algorithms that run the VRL-SGD authors' epoch schedule (warm_start_epochs, epoch_average):
+# the three methods of their experiments. S-SGD accepts both and is unchanged by them (its models
+# are equal after every step).
+EPOCH_SCHEDULE_ALGOS = ("ssgd", "local_sgd", "vrl_sgd")
 
 # Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
 # hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
@@ -60,7 +64,8 @@ class Config:
             "dropit={\"gamma\": G, \"strategy\": \"mink\"|\"random\", \"all_layers\": false|true} trains "
             "the model's Linear/Conv2d layers with DropIT, its stem and head exact as the authors' unless "
             "all_layers", flag="--model-opt")
-    data: str = _field("digits", "digits, synthetic-logistic, synthetic-lsq, cifar10, cifar100, imagenet")
+    data: str = _field("digits", "digits, synthetic-logistic, synthetic-lsq, synthetic-lsq-shift, mnist, "
+                                 "cifar10, cifar100, imagenet")
     data_options: dict[str, Any] = _field({}, "a dataset option, repeatable (e.g. --data-opt download=true)",
                                           flag="--data-opt")
     partition: str = _field("iid", "how the training set is split over the ranks: iid, shards, "
@@ -85,6 +90,14 @@ class Config:
                                        "the rate by 0.1, increasing (needed by it, empty with the other "
                                        "schedules)")
     warmup_steps: int = _field(0, "steps of linear learning-rate warm-up before the schedule")
+    warm_start_epochs: int = _field(
+        0, "epochs of S-SGD (every step's gradients averaged) before the algorithm's own updates start, "
+           "as the VRL-SGD authors start every run from 2 epochs of SGD (local_sgd, vrl_sgd; ssgd "
+           "unchanged); an epoch is distsgd.train.steps_per_epoch")
+    epoch_average: bool = _field(
+        False, "average the models at the end of every epoch without touching the algorithm's state "
+               "(VRL-SGD's Delta is not updated), as the VRL-SGD authors' trainer does (local_sgd, "
+               "vrl_sgd; ssgd unchanged)")
     seed: int = _field(0, "seed of the model initialisation, the data and its partition")
     net: str = _field("", "emulated network: '' (none), 1GbE, 10GbE, 25GbE, IB-EDR, '100Mbit,50us', or "
                           "'bandwidth=1Gbit,latency=50us'")
@@ -133,6 +146,15 @@ class Config:
         _check_int("steps", self.steps, 1)
         _check_int("batch_size", self.batch_size, 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
+        _check_int("warm_start_epochs", self.warm_start_epochs, 0)
+        if not isinstance(self.epoch_average, bool):
+            raise ConfigError("epoch_average", self.epoch_average, "true, false")
+        if self.algo not in EPOCH_SCHEDULE_ALGOS:
+            for name, off, allowed in (("warm_start_epochs", 0, "0"), ("epoch_average", False, "false")):
+                if getattr(self, name) != off:
+                    raise ConfigError(name, getattr(self, name), allowed,
+                                      f"algo={self.algo!r}; only {', '.join(EPOCH_SCHEDULE_ALGOS)} run "
+                                      "the VRL-SGD authors' epoch schedule")
         _check_int("stage_steps", self.stage_steps, 0)
         _check_int("log_every", self.log_every, 1)
         _check_int("eval_every", self.eval_every, 0)

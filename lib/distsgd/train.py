@@ -62,6 +62,14 @@ def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.d
     return loss_sum / total, acc
 
 
+def steps_per_epoch(shard_sizes: list[int], batch_sizes: list[int]) -> int:
+    """The run's steps per epoch: the fewest full batches any rank draws in one pass over its part
+    of the training set (each rank's stream drops an epoch's incomplete last batch). With equal
+    parts and batches, as the VRL-SGD authors' sampler gives, every rank's epoch; the same
+    number on every rank, so epoch-end collectives (`Config.epoch_average`) pair up."""
+    return min(n // b for n, b in zip(shard_sizes, batch_sizes))
+
+
 class _Progress:
     """Rank 0's progress: a file the local launcher polls, or a tqdm bar under torchrun/srun."""
 
@@ -109,7 +117,9 @@ class Trainer:
                                  **c.model_options).to(self.device)
         self.optimizer = make_optimizer(self.model, c)
         self.algo = create(c.algo, c.params)
-        self.net = self.algo.setup(self.model, self.optimizer, comm, c)
+        batches = type(self.algo).batch_sizes(self.algo.param_values(), c)
+        self.epoch_steps = steps_per_epoch([len(s) for s in shards], batches)
+        self.net = self.algo.setup(self.model, self.optimizer, comm, c, epoch_steps=self.epoch_steps)
 
     def batches(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's batch stream from its `start`-th batch on: the deterministic stream replayed

@@ -91,6 +91,7 @@ class Algorithm:
     optimizer: torch.optim.Optimizer
     comm: "Comm"
     config: "Config"
+    epoch_steps: int                       # the run's steps per epoch (0: not known)
 
     def __init__(self, **params: Any) -> None:
         for name, value in self.resolve_params(params).items():
@@ -119,9 +120,12 @@ class Algorithm:
 
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config") -> torch.nn.Module:
-        """Store the pieces, build(); return the module the loop runs forward on (self.net)."""
+              config: "Config", epoch_steps: int = 0) -> torch.nn.Module:
+        """Store the pieces, build(); return the module the loop runs forward on (self.net).
+        `epoch_steps`: the run's steps per epoch (`distsgd.train.steps_per_epoch`; 0: unknown),
+        which the epoch schedule of `config` (warm_start_epochs, epoch_average) counts in."""
         self.model, self.optimizer, self.comm, self.config = model, optimizer, comm, config
+        self.epoch_steps = epoch_steps
         self.net = model
         self.build()
         return self.net

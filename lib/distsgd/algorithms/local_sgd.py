@@ -9,19 +9,24 @@ With k = 1 and SGD (with or without momentum and weight decay, all linear in x) 
 synchronous SGD. Optimizer state (momentum buffers) stays local. Floating-point buffers
 (BatchNorm statistics) are averaged with the parameters, in the same flat all-reduce.
 `finalize()` averages once more if local steps were taken since the last average.
+
+The VRL-SGD authors' epoch schedule (`Config.warm_start_epochs`, `Config.epoch_average`; see
+`distsgd.algorithms.epochs`): S-SGD steps before the first local step, and a model average at
+every epoch end that leaves the period clock alone.
 """
 from __future__ import annotations
 
 import torch
 
 from .base import Algorithm, Param
+from .epochs import EpochSchedule
 from .flat import average, averaged_tensors
 from .period import Period
 from .registry import register
 
 
 @register
-class LocalSGD(Algorithm):
+class LocalSGD(EpochSchedule, Algorithm):
     name = "local_sgd"
     summary = "local SGD: `period` local steps, then a global model average"
     params = (
@@ -39,9 +44,17 @@ class LocalSGD(Algorithm):
     def average(self) -> None:
         average(self.comm, self.tensors)
 
+    def after_backward(self, step: int) -> None:
+        if self.warm(step):                 # the warm start: S-SGD
+            self.average_gradients()
+
     def after_step(self, step: int) -> None:
+        if self.warm(step):                 # the clock starts after the warm start
+            return
         if self.clock.tick():
             self.average()
+        elif self.epoch_ends(step):         # x_i <- mean_j x_j; the clock goes on
+            self.average_models()
 
     def finalize(self) -> None:
         if self.clock.cut():

@@ -21,7 +21,8 @@ the update sets Delta_i to about grad f_i - grad f. Invariant: sum_i Delta_i = 0
 (each update adds sum_i (xbar - x_i) = 0), so the average model moves exactly as in local SGD
 with the averaged corrected gradients. Delta_i is never communicated: the bytes are local SGD's.
 
-With k = 1 the averaged model equals synchronous SGD's after every step (the corrections sum
+In the paper this is Algorithm 1 (the text used here, SPECS.md e(1), gives no equation numbers;
+the code's rule is the reference). With k = 1 the averaged model equals synchronous SGD's after every step (the corrections sum
 to zero); Delta_i then becomes the last step's g_i - gbar.
 
 Choices of this implementation (marked where they are reconstructions, not the paper's text):
@@ -35,6 +36,12 @@ Choices of this implementation (marked where they are reconstructions, not the p
   [proposed]): the *first* period has length 1, so after one step Delta_i = g_i(x_0) - gbar(x_0)
   (one stochastic estimate of the initial gradient difference); afterwards averaging happens every
   k steps (at steps 1, 1 + k, 1 + 2k, ...). This costs one extra all-reduce.
+* The authors' epoch schedule, not in the paper, as options of the run (`Config.warm_start_epochs`,
+  `Config.epoch_average`; `distsgd.algorithms.epochs`): the first W epochs are S-SGD steps
+  (Delta_i stays 0, the clock starts after them), and after every epoch's last step
+  x_i <- (1/N) sum_j x_j *without* the Delta update above (their trainer's ``_sync_period`` call
+  bypasses their optimizer's Delta update); the clock goes on, so the next Delta update divides
+  by k the drift accumulated since the epoch-end average.
 * Floating-point buffers (BatchNorm statistics) are averaged with the parameters in the same flat
   all-reduce, as in ``local_sgd`` (the official code broadcasts them from rank 0 instead).
   Delta exists for parameters only.
@@ -50,6 +57,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import Algorithm, Param
+from .epochs import EpochSchedule
 from .flat import average, averaged_tensors, flatten
 from .period import Period
 from .registry import register
@@ -59,7 +67,7 @@ if TYPE_CHECKING:
 
 
 @register
-class VRLSGD(Algorithm):
+class VRLSGD(EpochSchedule, Algorithm):
     name = "vrl_sgd"
     summary = "VRL-SGD: local SGD with a per-worker gradient correction Delta_i (non-IID data)"
     params = (
@@ -103,7 +111,11 @@ class VRLSGD(Algorithm):
 
     # ------------------------------------------------------------------ hooks
     def after_backward(self, step: int) -> None:
-        """v_i = grad F_i(x_i; xi) - Delta_i, written into p.grad for the optimizer step."""
+        """v_i = grad F_i(x_i; xi) - Delta_i, written into p.grad for the optimizer step; during
+        the warm start the S-SGD gradient (1/N) sum_j grad F_j(x; xi_j) instead."""
+        if self.warm(step):
+            self.average_gradients()
+            return
         for p, d in zip(self.params_, self.delta_views):
             if p.grad is None:
                 p.grad = -d.clone()
@@ -111,9 +123,13 @@ class VRLSGD(Algorithm):
                 p.grad.sub_(d)
 
     def after_step(self, step: int) -> None:
+        if self.warm(step):                 # Delta_i and the clock start after the warm start
+            return
         if k := self.clock.tick():
             self.average(k)
             self.clock.length = self.period
+        elif self.epoch_ends(step):         # x_i <- mean_j x_j; Delta_i and the clock unchanged
+            self.average_models()
 
     def finalize(self) -> None:
         if k := self.clock.cut():

