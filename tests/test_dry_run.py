@@ -3,8 +3,8 @@ stand-in data in the real formats (`reproduce/run.py --profile full --dry-run`).
 
 A typo in reproduce/profiles/full.yaml or a full-profile config the library rejects fails here.
 This is the slowest test of the suite: ResNet-18 runs, each capped at 2 worker processes, a per-rank
-batch of 4 and 4 evaluation samples, and the benchmarks' BERT-Base and ResNet-50 at sequence length 8
-and 32x32 images, one block per run of blocks (see reproduce/run.py).
+batch of 2 and 4 evaluation samples, and the benchmarks' BERT-Base and ResNet-50 at sequence length 8
+and 16x16 images, one block per run of blocks, no untimed warm-up step (see reproduce/run.py).
 """
 from __future__ import annotations
 

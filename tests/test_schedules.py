@@ -257,7 +257,7 @@ def test_benchmark_feeds_bert_token_ids_at_a_capped_sequence_length():
     assert bs.input_shape("bert_base", Caps()) == (128,)
     assert bs.input_shape("bert_base", Caps(seq_len=8)) == (8,)
     assert bs.input_shape("mlp", Caps(seq_len=8)) == bs.INPUT_SHAPES["mlp"]
-    assert bs.input_shape("resnet50", Caps(image_side=32)) == (3, 32, 32)       # the dry run's
+    assert bs.input_shape("resnet50", Caps(image_side=16)) == (3, 16, 16)       # the dry run's
     assert bs.input_shape("resnet50", Caps(seq_len=8)) == (3, 224, 224)
     x, y = bs.synthetic_batches((8,), 4, seed=0, vocab=bs.VOCAB["bert_base"])(0)
     assert x.shape == (4, 8) and x.dtype == torch.int64 and 0 <= x.min() and x.max() < 30522
