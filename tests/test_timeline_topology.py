@@ -287,3 +287,13 @@ def test_bad_effects_name_the_field() -> None:
     with pytest.raises(ConfigError) as err:
         Effects(contention=-0.1)
     assert err.value.field == "effects.contention"
+
+
+def test_cli_servers_name_the_byteps_placement() -> None:
+    assert cli.parse_servers("nodes") == PER_NODE
+    assert cli.parse_servers("colocated") == cli.parse_servers("0") == 0
+    assert cli.parse_servers("8") == 8
+    for bad in ("-1", "racks", ""):
+        with pytest.raises(ConfigError) as err:
+            cli.parse_servers(bad)
+        assert err.value.field == "servers"
