@@ -18,8 +18,7 @@ backend's real, un-emulated collective cost on a CPU host), each collective's re
 on the compute stream's cores from its issue (one real transfer after the other: gloo's thread),
 for its real cost, and a compute task progresses at rate 1/`Overheads.transfer_share` meanwhile;
 where both apply, the larger slow-down. A collective may be issued at a later time than the
-compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`: the PS
-BytePS's `Topology.byteps_*` stages).
+compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`).
 
 A background pipeline (BytePS's per-partition stages, issued by its own threads, not by the
 compute stream) uses `place` instead: a task that becomes ready at r takes the earliest gap of
