@@ -10,12 +10,13 @@ import math
 import pytest
 
 from distsgd import cli
-from distsgd.comm.netmodel import NetModel, hierarchical_all_reduce, parse_net, ps_exchange
+from distsgd.comm.netmodel import NetModel, byteps_local, byteps_remote, hierarchical_all_reduce, parse_net
 from distsgd.errors import ConfigError
 from distsgd.layer_profile import Layer, Profile
 from distsgd.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
 from distsgd.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
 from distsgd.timeline.streams import Rank
+from distsgd.timeline.topology import PER_NODE
 
 from test_timeline import TOY
 
@@ -65,30 +66,43 @@ def test_hierarchical_changes_nothing_inside_one_node_or_for_one_gpu_nodes() -> 
         hierarchical_all_reduce(INTRA, INTER, 1000, 4, 2)
 
 
-def test_ps_exchange_shares_the_nic_among_a_nodes_gpus() -> None:
-    piece, p = 1e6, 8
-    one_gpu_nodes = ps_exchange(INTRA, INTER, piece, p, 1, p, separate=False)
-    assert one_gpu_nodes == pytest.approx((p - 1) * piece / INTER.bandwidth_Bps)   # the ring's bandwidth term
-    four = ps_exchange(INTRA, INTER, piece, p, 4, p, separate=False)
-    assert four == pytest.approx(4 * 4 * piece / INTER.bandwidth_Bps)     # 4 workers x 4 remote servers
-    separate = ps_exchange(INTRA, INTER, piece, p, 4, 2, separate=True)
-    assert separate == pytest.approx(max(4 * 2, p) * piece / INTER.bandwidth_Bps)
-    inside = ps_exchange(INTRA, INTER, piece, 4, 4, 4, separate=False)
-    assert inside == pytest.approx(3 * piece / INTRA.bandwidth_Bps)        # PCIe only
+def test_byteps_stages_cost_one_stream_per_machine() -> None:
+    n = 4096000
+    assert byteps_local(INTRA, n, 1) == 0.0
+    assert byteps_local(INTRA, n, 4) == pytest.approx(3 * INTRA.latency_s + n / INTRA.bandwidth_Bps)
+    assert byteps_remote(INTER, n, 1, 1) == 0.0                          # one machine: not distributed
+    one = INTER.latency_s + n / INTER.bandwidth_Bps
+    assert byteps_remote(INTER, n, 8, 8) == pytest.approx(one)           # the machine's NIC, whatever p
+    assert byteps_remote(INTER, n, 8, 2) == pytest.approx(INTER.latency_s + 4 * n / INTER.bandwidth_Bps)
+    assert byteps_remote(INTER, n, 8, 0) == pytest.approx(INTER.latency_s + 7 / 8 * n / INTER.bandwidth_Bps)
+    topo = Topology(4, INTRA, INTER, servers=PER_NODE)
+    assert topo.server_machines(32) == 8 and topo.byteps_remote(n, 32) == pytest.approx(one)
+    assert Topology(4, INTRA, INTER, servers=0).byteps_remote(n, 32) == pytest.approx(
+        INTER.latency_s + 7 / 8 * n / INTER.bandwidth_Bps)
 
 
-def test_ps_placement_costs_push_and_pull_by_ps_exchange() -> None:
-    p = 8
-    topo = Topology(4, INTRA, INTER, servers=0)
-    flat_free = profile_without_compute()
-    pred = simulate(flat_free, "ps", p, topology=topo)
-    pushes = [e for e in pred.events if e.step == pred.window[0] and e.name.startswith("reduce_scatter")]
-    assert pushes
-    for e in pushes:
-        slot = int(e.name.split()[-2])
-        assert e.end - e.start == pytest.approx(ps_exchange(INTRA, INTER, slot / p, p, 4, p, False), rel=1e-12)
-    ring = simulate(flat_free, "ps", p, topology=Topology(4, INTRA, INTER))
-    assert pred.step_s == pytest.approx(16 / 7 * ring.step_s, rel=1e-12)   # g*(p-g) / (p-1)
+def test_byteps_ps_pipelines_the_partitions_of_a_bucket() -> None:
+    p, part = 16, 2**20
+    free = profile_without_compute()                                     # 4 MiB + 3 MiB, no compute
+    topo = Topology(4, INTER, INTER, servers=PER_NODE)                   # local = remote
+    local, remote = topo.byteps_local(part, p), topo.byteps_remote(part, p)
+    assert local == pytest.approx(remote)
+    pred = simulate(free, "ps", p, topology=topo, params={"partition_mb": 1.0, "bucket_mb": 512.0})
+    window = [e for e in pred.events if e.step == pred.window[0]]
+    stages = {kind: [e for e in window if e.name.startswith(kind)] for kind in ("reduce", "push", "pull", "broadcast")}
+    assert all(len(v) == 7 for v in stages.values())                     # 7 partitions of 1 MiB
+    for e in stages["reduce"] + stages["broadcast"]:
+        assert e.stream == "intra" and e.end - e.start == pytest.approx(local, rel=1e-12)
+    for e in stages["push"] + stages["pull"]:
+        assert e.stream == "inter" and e.end - e.start == pytest.approx(remote, rel=1e-12)
+    for link in ("intra", "inter"):                                       # a link runs one stage at a time
+        spans = sorted((e.start, e.end) for e in window if e.stream == link)
+        assert all(a[1] <= b[0] + 1e-15 for a, b in zip(spans, spans[1:]))
+    # the reduces fill the intra-node link while the NIC pushes and pulls: the first reduce, the
+    # NIC's 14 stages, the last broadcast (28 stages one after the other without the pipeline)
+    assert pred.step_s == pytest.approx(local + 14 * remote + local, rel=1e-9)
+    inside = simulate(free, "ps", 4, topology=topo, params={"partition_mb": 1.0})
+    assert not [e for e in inside.events if e.stream == "inter"]         # one machine: no servers
 
 
 def test_groups_spanning_nodes_share_the_nic() -> None:
@@ -239,7 +253,7 @@ def test_cli_flags_switch_effects_and_topology(tmp_path, capsys) -> None:
             "--intra", "PCIe3", "--net", "10GbE"]
     steps = {}
     for name, extra in {"all": [], "nofc": ["--no-fusion-cycle"], "noct": ["--no-contention"],
-                        "noml": ["--no-message-latency"], "hier": ["--hierarchical"], "sep": ["--servers", "4"],
+                        "noml": ["--no-message-latency"], "hier": ["--hierarchical"], "sep": ["--servers", "1"],
                         "none": ["--no-fusion-cycle", "--no-contention", "--no-message-latency"]}.items():
         out = tmp_path / f"{name}.csv"
         assert cli.main([*base, *extra, "--csv", str(out)]) == 0
@@ -261,6 +275,7 @@ def test_cli_flags_switch_effects_and_topology(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("kwargs, field", [
     ({"hierarchical": 1}, "hierarchical"),
     ({"servers": -1}, "servers"),
+    ({"servers": "racks"}, "servers"),
 ])
 def test_bad_topology_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -272,3 +287,13 @@ def test_bad_effects_name_the_field() -> None:
     with pytest.raises(ConfigError) as err:
         Effects(contention=-0.1)
     assert err.value.field == "effects.contention"
+
+
+def test_cli_servers_name_the_byteps_placement() -> None:
+    assert cli.parse_servers("nodes") == PER_NODE
+    assert cli.parse_servers("colocated") == cli.parse_servers("0") == 0
+    assert cli.parse_servers("8") == 8
+    for bad in ("-1", "racks", ""):
+        with pytest.raises(ConfigError) as err:
+            cli.parse_servers(bad)
+        assert err.value.field == "servers"

@@ -203,7 +203,7 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
             device: str = "cpu", seq_len: int | None = None, profile_csv: str | Path | None = None,
             nccl_log: str | Path | None = None, nccl_min_bytes: int = 0, gpus_per_node: int = 1,
             intra: str = "", params: dict[str, Any] | None = None, trace_dir: Path | None = None,
-            hierarchical: bool = False, servers: int | None = None, effects: Effects = WHATIF,
+            hierarchical: bool = False, servers: int | str | None = None, effects: Effects = WHATIF,
             overheads: Overheads | None = MESSAGE_OVERHEADS) -> WhatIf:
     """Your compute (`iteration_seconds`, `choose_profile`), your network(s) (`your_networks`) and
     topology (`gpus_per_node` ranks per node over `intra`, which one GPU per node ignores;

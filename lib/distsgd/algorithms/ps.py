@@ -94,7 +94,8 @@ class PS(BucketedAllReduce):
               "an integer >= 0"),
         Param("partition_mb", 0.0, "split tensors into pieces of at most this many MB (0: whole tensors)",
               lambda v: v >= 0, "a number >= 0"),
-        Param("bucket_mb", 25.0, "fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
+        Param("bucket_mb", 25.0, "fusion bucket size cap in MB (0: one bucket per tensor)", lambda v: v >= 0,
+              "a number >= 0"),
     )
 
     servers: int

@@ -29,9 +29,13 @@ the link inside a node, `inter` the NIC between nodes):
     hierarchical all_reduce   intra.reduce(n, g) + inter.all_reduce(n, nodes) + intra.broadcast(n, g)
                               (reduce to the node's leader, ring among the leaders, broadcast back:
                               Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE shape, as issue #23 states it)
-    PS push or pull           alpha + max over NICs of the bytes it carries / B   (`ps_exchange`)
-                              every worker exchanges its piece with every server at once, so the
-                              NIC of a node carries the pieces of all its g workers (shared NIC)
+    BytePS, per partition of n bytes (`byteps_local`, `byteps_remote`; W machines of g GPUs):
+      local reduce / broadcast  (g-1)*intra.alpha + n/intra.B   (NCCL's pipelined chain inside the
+                                machine: every byte crosses each PCIe hop once)
+      push / pull               inter.alpha + load * n/inter.B  (the machine's one stream to the
+                                servers; load = max(1, W/S) with S separate server machines, the
+                                busier NIC of a machine and a server; (W-1)/W with servers
+                                colocated on the W machines); 0 when W = 1 (not distributed)
 
 Networks are named on the command line (``--net``, and ``--intra`` for the link inside a node):
 a preset below; ``bandwidth=<B>,latency=<L>`` or the short ``<B>,<L>``; or a user's own network
@@ -130,36 +134,25 @@ def hierarchical_all_reduce(intra: NetModel, inter: NetModel, nbytes: int, gpus_
             + intra.cost("broadcast", nbytes, gpus_per_node))
 
 
-def ps_exchange(intra: NetModel, inter: NetModel, piece: float, workers: int, gpus_per_node: int,
-                servers: int, separate: bool) -> float:
-    """Seconds of a PS push (or pull, its mirror) where every one of `workers` ranks sends a
-    `piece` of bytes to each of `servers` servers at once, through the NIC of its node (nodes of
-    `gpus_per_node` ranks in rank order; concurrent transfers divide the NIC's bandwidth).
+def byteps_local(intra: NetModel, nbytes: float, gpus: int) -> float:
+    """Seconds of BytePS's NCCL reduce (or broadcast) of one partition of `nbytes` among the
+    `gpus` GPUs of a machine: a pipelined chain, (gpus-1) latencies and every byte once over the
+    intra-node link; 0 for one GPU."""
+    if gpus <= 1:
+        return 0.0
+    return (gpus - 1) * intra.latency_s + nbytes / intra.bandwidth_Bps
 
-    Colocated (`separate` False, BytePS's default): servers on ranks 0..servers-1; a node's NIC
-    carries out (its workers) x (servers on other nodes) x piece and in (its servers) x (workers on
-    other nodes) x piece; the busiest direction of the busiest NIC bounds the exchange; the pieces
-    between a worker and a server of the same node cross each GPU's `intra` link concurrently.
-    Separate: `servers` machines with a NIC of `inter` each; a node sends (g workers) x servers x
-    piece, a server receives workers x piece. Latency: one alpha (the messages go at once)."""
-    g = gpus_per_node
-    nodes = -(-workers // g)
-    if separate:
-        return inter.latency_s + max(g * servers * piece, workers * piece) / inter.bandwidth_Bps
-    busiest, local = 0.0, 0.0
-    for k in range(nodes):
-        ranks = range(k * g, min((k + 1) * g, workers))
-        here = sum(1 for r in ranks if r < servers)
-        out = len(ranks) * (servers - here) * piece
-        into = here * (workers - len(ranks)) * piece
-        busiest = max(busiest, out, into)
-        sends = here if len(ranks) > here else here - 1          # a worker to the node's other servers
-        receives = len(ranks) - 1 if here else 0                 # a server from the node's other workers
-        local = max(local, sends * piece, receives * piece)
-    seconds = inter.latency_s + busiest / inter.bandwidth_Bps if busiest else 0.0
-    if local:
-        seconds = max(seconds, intra.latency_s + local / intra.bandwidth_Bps)
-    return seconds
+
+def byteps_remote(inter: NetModel, nbytes: float, machines: int, servers: int) -> float:
+    """Seconds of BytePS's push (or pull) of one partition of `nbytes` from each of `machines`
+    worker machines: one alpha and the bytes of the busier NIC, a worker's (nbytes) or a server's
+    (machines x nbytes over `servers` separate server machines, partitions spread evenly), or with
+    `servers` = 0 (colocated on the worker machines) (machines-1)/machines x nbytes each way; 0 with
+    one machine (BytePS then reduces and broadcasts inside it only)."""
+    if machines <= 1:
+        return 0.0
+    load = max(1.0, machines / servers) if servers > 0 else (machines - 1) / machines
+    return inter.latency_s + load * nbytes / inter.bandwidth_Bps
 
 
 def bytes_sent(kind: str, nbytes: int, p: int) -> int:

@@ -11,7 +11,8 @@ table of configurations), `overheads` (the per-call issue and copy costs on the 
 `simulate(..., overheads=Overheads(...))`, default none; `overheads.measure()` on this machine),
 `effects` (Horovod's fusion cycle, compute contention, the per-message cost: `simulate(...,
 effects=Effects(...))`, default off; on in the what-if CLI), `validate` (against the benchmark's
-measured step times). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
+measured step times), `survey` (the error on the survey's real cluster: `python -m
+distsgd.timeline.survey`). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
 """
 from .effects import Effects
 from .overheads import Overheads

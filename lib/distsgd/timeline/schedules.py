@@ -23,12 +23,16 @@ collectives the algorithm issues, in the same order, with the same sizes:
 - wfbp with `Effects.fusion_cycle_s` > 0 (`timeline.effects`): Horovod's tensor fusion; each
   gradient joins the group of the next cycle tick at or after it is ready, and a group (up to
   `fusion_threshold_bytes`) is one all-reduce issued at its tick.
-- ps: per bucket a reduce-scatter (push) of p*m elements from the hooks, m = the largest server
-  load of its `server_assignment`; after backward each push is waited for in order and its pull
-  (an all-gather of the same p*m elements) issued, then all pulls are waited for. With a server
-  placement (`Topology.servers` 0 or N) push and pull cost `Topology.ps_cost` instead, on a piece
-  of m elements per (worker, server) (colocated) or the bucket's bytes / N (N separate servers,
-  which replace the algorithm's `servers` shards on the ranks).
+- ps: with `Topology.servers` None, the PS as `Comm` runs it: per bucket a reduce-scatter
+  (push) of p*m elements from the hooks, m = the largest server load of its `server_assignment`;
+  after backward each push is waited for in order and its pull (an all-gather of the same p*m
+  elements) issued, then all pulls are waited for. With a server placement (`PER_NODE`, 0 or N:
+  BytePS as the survey ran it), each bucket (bucket_mb 0: each tensor, BYTEPS_FUSION_THRESHOLD=0)
+  is one push_pull from the hooks, cut into partitions of partition_mb (0: whole); every
+  partition is reduced inside the machine (intra-node link), pushed to and pulled from the
+  servers by the machine (inter-node link) and broadcast inside it, each stage in the first gap
+  of its link (`Rank.place`), so partitions pipeline; after backward all push_pulls are waited
+  for (BytePS's synchronize). Stage costs: `Topology.byteps_local`, `Topology.byteps_remote`.
 - bytescheduler: partitions of at most partition_mb per tensor, queued by (forward layer, offset),
   launched from the hooks while the bytes in flight fit the credit; after backward the rest is
   launched, retiring the oldest in-flight partition whenever the credit is full; each layer's
@@ -62,7 +66,7 @@ from ..algorithms.schedules import mgwfbp_merge
 from ..errors import ConfigError
 from ..layer_profile import Profile
 from .streams import Rank
-from .topology import INTER
+from .topology import INTER, INTRA
 
 MB = 2**20
 
@@ -273,26 +277,38 @@ class PS(Bucketed):
         return counts
 
     def launch(self, b: int) -> None:
-        self.handle[b] = self.exchange("reduce_scatter", b, f"push {b}")
+        if self.rank.topology.servers is None:
+            self.handle[b] = self.issue("reduce_scatter", self.slot_bytes[b], f"push {b}")
+        else:
+            self.handle[b] = self.push_pull(b)
 
-    def exchange(self, kind: str, b: int, name: str) -> float:
-        """Push or pull of bucket `b`: Comm's collective, or under a server placement its
-        `Topology.ps_cost` (module doc)."""
-        topo = self.rank.topology
-        if topo.servers is None:
-            return self.issue(kind, self.slot_bytes[b], name)
-        piece = self.nbytes[b] / topo.servers if topo.servers else self.slot_bytes[b] / self.p
-        seconds = topo.ps_cost(piece, self.p, self.servers or self.p)
-        return self.rank.issue(kind, self.slot_bytes[b], name, link=self.link, seconds=seconds)
+    def push_pull(self, b: int) -> float:
+        """BytePS's push_pull of bucket `b` (module doc): the ready time of its last partition."""
+        rank, topo, nbytes = self.rank, self.rank.topology, self.nbytes[b]
+        if rank.overheads.active:
+            rank.compute(f"issue push_pull {b}", rank.overheads.issue_s + rank.overheads.copy_s(nbytes))
+        part = int(self.partition_mb * MB) or nbytes
+        done = ready = rank.t
+        for k, offset in enumerate(range(0, nbytes, part)):
+            n = min(part, nbytes - offset)
+            local, remote = topo.byteps_local(n, self.p), topo.byteps_remote(n, self.p)
+            t = rank.place(INTRA, f"reduce {b}.{k} {n} B", ready, local)
+            t = rank.place(INTER, f"push {b}.{k} {n} B", t, remote)
+            t = rank.place(INTER, f"pull {b}.{k} {n} B", t, remote)
+            done = max(done, rank.place(INTRA, f"broadcast {b}.{k} {n} B", t, local))
+        return done
 
     def after_backward(self, step: int) -> None:
+        if self.rank.topology.servers is not None:
+            super().after_backward(step)
+            return
         for b, h in enumerate(self.handle):
             if h is None:
                 self.launch(b)
         pulls = []
         for b, h in enumerate(self.handle):
             self.rank.wait(h)
-            pulls.append(self.exchange("all_gather", b, f"pull {b}"))
+            pulls.append(self.issue("all_gather", self.slot_bytes[b], f"pull {b}"))
         for h in pulls:
             self.rank.wait(h)
         self.handle = [None] * len(self.size)

@@ -18,11 +18,16 @@ backend's real, un-emulated collective cost on a CPU host), each collective's re
 on the compute stream's cores from its issue (one real transfer after the other: gloo's thread),
 for its real cost, and a compute task progresses at rate 1/`Overheads.transfer_share` meanwhile;
 where both apply, the larger slow-down. A collective may be issued at a later time than the
-compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`: the PS
-placement's `Topology.ps_cost`).
+compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`).
+
+A background pipeline (BytePS's per-partition stages, issued by its own threads, not by the
+compute stream) uses `place` instead: a task that becomes ready at r takes the earliest gap of
+its link at or after r that fits it (a partition reduced later may use the intra-node link while
+an earlier partition is still at the servers), without any cost on the compute stream.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from .effects import OFF, Effects
@@ -54,6 +59,7 @@ class Rank:
         self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
         self.free: dict[str, float] = {}               # link -> time it becomes free
+        self.busy_on: dict[str, list[tuple[float, float]]] = {}   # link -> placed intervals, sorted (`place`)
         self.events: list[Interval] = []
         self.busy = 0.0                                # compute seconds so far
         self.step = 0                                  # tags the events
@@ -109,6 +115,26 @@ class Rank:
         if self.overheads.active:
             self.pending[ready] = self.pending.get(ready, 0.0) + out_bytes(kind, nbytes, p)
         return ready
+
+    def place(self, link: str, name: str, ready: float, seconds: float) -> float:
+        """A background task of `seconds` on `link`, ready at `ready`, in the earliest gap of the
+        link's placed tasks at or after `ready` that fits it (module doc); its end time."""
+        if seconds <= 0:
+            return ready
+        busy = [iv for iv in self.busy_on.get(link, []) if iv[1] > self.t]    # earlier ones no task can use
+        start = ready
+        for s, e in busy[max(0, bisect_right(busy, (ready, ready)) - 1):]:
+            if start + seconds <= s:
+                break
+            start = max(start, e)
+        end = start + seconds
+        busy.insert(bisect_right(busy, (start, end)), (start, end))
+        self.busy_on[link] = busy
+        self.free[link] = max(self.free.get(link, 0.0), end)
+        if self.effects.contention:
+            self.inflight.append((start, end, 1.0 + self.effects.contention))
+        self.events.append(Interval(link, name, start, end, self.step))
+        return end
 
     def wait(self, ready: float) -> None:
         """Block the compute stream until `ready` (a collective's ready time); with `overheads`,

@@ -92,7 +92,7 @@ def resolve_nets(nets: Networks) -> dict[str, NetModel]:
 
 def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dict[str, Any] | None = None,
                 gpus_per_node: int = 1, intra: str = "", hierarchical: bool = False,
-                servers: int | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Topology]]:
+                servers: int | str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Topology]]:
     """Every argument of `sweep` checked (one ConfigError for the first bad one), before anything
     runs: (the parameters of each algorithm, {net label: its topology}); `hierarchical` and
     `servers` as `Topology`'s."""
@@ -121,7 +121,7 @@ def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dic
 def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: Networks,
           params: dict[str, Any] | None = None, gpus_per_node: int = 1, intra: str = "",
           profile_name: str = "", trace_dir: Path | None = None, hierarchical: bool = False,
-          servers: int | None = None, effects: Effects | None = None,
+          servers: int | str | None = None, effects: Effects | None = None,
           overheads: Overheads | None = None) -> pd.DataFrame:
     """One row per (algo, nproc, net) (`COLUMNS`; throughput = samples/s over all ranks); with
     `trace_dir`, a Chrome trace per configuration. `params` go to the algorithms that have them

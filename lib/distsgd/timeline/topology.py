@@ -28,20 +28,23 @@ projections of notebooks 01/06/07/08/10 use):
   no_overlap, wfbp, mgwfbp, ddp, bytescheduler, the local-update algorithms, KAVG's spanning
   groups); reduce-scatter / all-gather schedules (ps with `servers` None, dear) stay flat rings,
   as NCCL runs them. Inside one node it changes nothing (the intra-node ring).
-- `servers` (PS placement; default None: the PS as `Comm` runs it, a reduce-scatter push and an
-  all-gather pull over the ranks' ring). 0: servers colocated with the workers on ranks
-  0..s-1 (s = the algorithm's `servers`, 0 meaning every rank: BytePS's colocated mode); N > 0:
-  N separate server machines. Both cost `netmodel.ps_exchange`: every worker exchanges its piece
-  with every server at once, so the node's g GPUs share its NIC.
+- `servers` (the PS; default None: the PS as `Comm` runs it, a reduce-scatter push and an
+  all-gather pull over the ranks' ring). Otherwise the PS as BytePS runs it (`schedules.PS`):
+  each partition is reduced inside the machine, pushed to and pulled from the servers by the
+  machine, and broadcast inside it. `PER_NODE` ("nodes"): as many separate server machines as
+  worker machines (the survey's nservers = nworkers / 4 with 4 GPUs per machine,
+  HKBU-HPML/ddl-benchmarks byteps/launch.sh); N >= 1: N separate server machines; 0: servers
+  colocated on the worker machines. Costs: `netmodel.byteps_local`, `netmodel.byteps_remote`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..comm.netmodel import NetModel, hierarchical_all_reduce, ps_exchange
+from ..comm.netmodel import NetModel, byteps_local, byteps_remote, hierarchical_all_reduce
 from ..errors import ConfigError
 
 INTRA, INTER = "intra", "inter"      # the links' names (threads of the timeline)
+PER_NODE = "nodes"                  # `Topology.servers`: one server machine per worker machine
 
 
 @dataclass(frozen=True)
@@ -53,17 +56,17 @@ class Topology:
     intra: NetModel
     inter: NetModel
     hierarchical: bool = False
-    servers: int | None = None
+    servers: int | str | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise ConfigError("gpus_per_node", self.gpus_per_node, "an integer >= 1")
         if not isinstance(self.hierarchical, bool):
             raise ConfigError("hierarchical", self.hierarchical, "True or False")
-        if self.servers is not None and (isinstance(self.servers, bool) or not isinstance(self.servers, int)
-                                         or self.servers < 0):
-            raise ConfigError("servers", self.servers,
-                              "None (PS as Comm runs it), 0 (colocated) or N >= 1 separate servers")
+        if self.servers is not None and self.servers != PER_NODE and (
+                isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 0):
+            raise ConfigError("servers", self.servers, f"None (PS as Comm runs it), {PER_NODE!r} (one server "
+                              "machine per worker machine), 0 (colocated) or N >= 1 separate servers")
 
     @classmethod
     def flat(cls, net: NetModel) -> Topology:
@@ -102,11 +105,20 @@ class Topology:
             return hierarchical_all_reduce(self.intra, inter, nbytes, g, -(-p // g))
         return (self.intra if link == INTRA else inter).cost(kind, nbytes, p)
 
-    def ps_cost(self, piece: float, workers: int, shards: int) -> float:
-        """Seconds of a PS push or pull of `piece` bytes per (worker, server) pair under the
-        `servers` placement (not None): colocated on ranks 0..shards-1, or `servers` machines."""
+    def machines(self, p: int) -> int:
+        """Worker machines holding `p` ranks."""
+        return -(-p // self.gpus_per_node)
+
+    def server_machines(self, p: int) -> int:
+        """Separate BytePS server machines for `p` ranks under `servers` (0: colocated)."""
         if self.servers is None:
-            raise ValueError("ps_cost needs a placement (servers 0 or N)")
-        separate = self.servers > 0
-        return ps_exchange(self.intra, self.inter, piece, workers, self.gpus_per_node,
-                           self.servers if separate else shards, separate)
+            raise ValueError("server_machines needs a BytePS placement (servers not None)")
+        return self.machines(p) if self.servers == PER_NODE else int(self.servers)
+
+    def byteps_local(self, nbytes: float, p: int) -> float:
+        """Seconds of BytePS's reduce (or broadcast) of a partition inside a machine of `p` ranks' world."""
+        return byteps_local(self.intra, nbytes, min(self.gpus_per_node, p))
+
+    def byteps_remote(self, nbytes: float, p: int) -> float:
+        """Seconds of BytePS's push (or pull) of a partition by every machine of `p` ranks' world."""
+        return byteps_remote(self.inter, nbytes, self.machines(p), self.server_machines(p))

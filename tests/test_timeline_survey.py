@@ -1,0 +1,72 @@
+"""The simulator's error on the survey's cluster (issue 33, item 3): the committed table is what
+`timeline.survey` computes, the fit recovers a known network, and the inputs are the survey's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distsgd.comm.netmodel import NetModel
+from distsgd.layer_profile import Layer, Profile
+from distsgd.timeline import Topology, simulate
+from distsgd.timeline import survey
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_error_table_is_what_the_code_produces() -> None:
+    committed = pd.read_csv(ROOT / survey.ERROR_CSV)
+    table, fitted = survey.error_table()
+    assert list(committed.columns) == survey.COLUMNS and len(committed) == len(table) == 168
+    for column in survey.COLUMNS:
+        if table[column].dtype.kind == "f":
+            assert committed[column].to_numpy() == pytest.approx(table[column].to_numpy(), rel=1e-5), column
+        else:
+            assert committed[column].astype(str).tolist() == table[column].astype(str).tolist(), column
+    assert set(fitted.inter) == set(survey.FABRICS)
+    assert (table[table.split == "check"].nproc == 32).all() and (table[table.split != "check"].nproc <= 16).all()
+
+
+def test_fit_link_recovers_a_synthetic_network() -> None:
+    layers = [Layer(f"l{i}", 1e-3, 2e-3, 1e-4, [f"l{i}.w"], [4 * n], [n]) for i, n in enumerate([2**20, 3 * 2**18])]
+    profile = Profile("toy", 8, (1,), "cpu", "measured", "test", layers)
+    intra, truth = NetModel(10e9, 1e-6), NetModel(2.5e9, 40e-6)
+
+    def step(p: int, net: NetModel) -> float:
+        return simulate(profile, "no_overlap", p, topology=Topology(4, intra, net)).step_s
+
+    rows = pd.DataFrame({"nproc": [8, 16, 32]})
+    rows["step_s"] = [step(p, truth) for p in rows.nproc]
+    got = survey.fit_link(rows, lambda r, net: step(r.nproc, net), NetModel(1.25e9, 20e-6))
+    assert got.bandwidth_Bps == pytest.approx(truth.bandwidth_Bps, rel=1e-4)
+    assert got.latency_s == pytest.approx(truth.latency_s, rel=1e-3)
+    bandwidth_only = survey.fit_link(rows, lambda r, net: step(r.nproc, net), NetModel(1.25e9, 40e-6),
+                                     fit_latency=False)
+    assert bandwidth_only.bandwidth_Bps == pytest.approx(truth.bandwidth_Bps, rel=1e-4)
+    assert bandwidth_only.latency_s == 40e-6
+
+
+def test_measured_table_is_the_surveys() -> None:
+    measured = survey.load_measured()
+    assert len(measured) == 3 * 3 * 7 * 5                                # connections x models x methods x p
+    assert set(measured.method) == set(survey.METHODS) and set(measured.model) == set(survey.MODELS)
+    assert set(survey.FABRICS) < set(measured.connection)
+    one = measured[measured.nproc == 1].groupby("model").throughput.unique()
+    assert {m: list(v) for m, v in one.items()} == {"BERT-Base": [212.8], "BERT-Large": [49.0], "ResNet-50": [253.1]}
+    row = measured[(measured.model == "ResNet-50") & (measured.method == "BSP-A2A") & (measured.nproc == 32)
+                   & (measured.connection == "10GbE with TCP/IP")].iloc[0]
+    assert row.throughput == 4920.82 and row.step_s == pytest.approx(64 * 32 / 4920.82)
+    readme = (ROOT / survey.MEASURED_CSV).with_name("README.md").read_text()
+    assert all(v in readme for v in survey.SOURCE.values())
+
+
+def test_methods_are_configured_as_the_launch_scripts() -> None:
+    mib = 2**20
+    m = survey.METHODS
+    assert m["ByteScheduler-A2A"].params["partition_mb"] * mib == pytest.approx(4_000_000)
+    assert m["ByteScheduler-A2A"].params["credit_mb"] * mib == pytest.approx(16_000_000)
+    for name in ("BSP-PS", "WFBP-PS", "ByteScheduler-PS"):
+        assert m[name].algo == "ps" and m[name].params["partition_mb"] * mib == pytest.approx(4_096_000)
+    assert m["BSP-PS"].params["bucket_mb"] * mib == m["BSP-A2A"].params["bucket_mb"] * mib == 536870912
+    assert m["WFBP-PS"].params["bucket_mb"] == 0
