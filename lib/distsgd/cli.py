@@ -418,7 +418,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_bench_sweep() -> int:
     """`python -m distsgd bench --sweep`: how long the simulator takes for the sweep of
-    `timeline.sweep.time_sweep` on this machine (a figure for the README, not a test)."""
+    `timeline.sweep.time_sweep` on this machine (a figure for the docs, not a test)."""
     from .timeline.sweep import SPEED_MODELS, SPEED_NETS, SPEED_NPROCS, time_sweep
 
     df, seconds = time_sweep()

@@ -1,12 +1,12 @@
 """Projected claims: a paper's timing claim decided at the paper's own scale by the timeline
 simulator (`distsgd.timeline`) on a committed layer profile of the paper's model on the paper's
 GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.profiling` documents;
-why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in the README).
+why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in docs/simulator.md).
 
 A projection is deterministic (committed profile, closed-form timeline), so its "interval" does
 not come from repeats. It comes from the accuracy the simulator is to hold against measured step
 times, `RESOLUTION` (15%, checked pair by pair by tests/test_timeline_validation.py, `make
-validate`; on this machine not yet met by every schedule: README). The rule, fixed before any
+validate`; on this machine not yet met by every schedule: docs/validation.md). The rule, fixed before any
 projection is made, is that a projected ratio r of two step times (or of two gains) is decided on
 the interval
 

@@ -64,7 +64,7 @@ class Overheads:
     """Seconds per collective issued (`issue_s`) and memory-copy speed in bytes/s (`copy_Bps`;
     0 or inf: copies free) charged on the compute stream (module docstring). Measured on this
     machine (2-core CPU, gloo, p = 2, 1 thread per rank) by `measure()`: see the validation
-    test's output and the README's "10, Simulator validation" paragraph for the values of a run."""
+    test's output and docs/validation.md's "Validation log" for the values of a run."""
 
     issue_s: float = 0.0
     copy_Bps: float = 0.0

@@ -276,7 +276,7 @@ def plot(table: pd.DataFrame, path: Path, title: str = "simulator vs benchmark",
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Max and median |residual| per schedule and p (the README's table)."""
+    """Max and median |residual| per schedule and p (docs/validation.md's table)."""
     t = table.assign(abs_residual=table.residual.abs())
     return (t.groupby(["label", "nproc"]).abs_residual.agg(["max", "median"]).unstack("nproc"))
 
