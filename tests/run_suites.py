@@ -40,7 +40,7 @@ OTHER_NOTEBOOKS = tuple(n for n in NOTEBOOKS if n not in TIMED_NOTEBOOKS)
 PARAMS, DRY_RUN = "tests/test_notebook_params.py", "tests/test_dry_run.py"
 NOTEBOOK_RUNS = (PARAMS, DRY_RUN)
 CLUSTER = ("tests/test_cluster_env.py", "tests/test_cluster_netns.py")
-SLURM = ("tests/test_cluster_slurm.py",)          # runs notebook 00 as a job: its verdicts are timed
+SLURM = ("tests/test_cluster_slurm.py",)          # a real SLURM; its notebook job is a dry run
 NOT_TIMED = ("-m", "not timing and not validation")
 TIMED = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
                      if "pytest.mark.timing" in p.read_text()))   # the files to collect for -m timing
@@ -51,10 +51,10 @@ SUITES = (    # within each group, longest first (CI of 2026-11-26): two at a ti
     Suite("library", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM), *NOT_TIMED),
           "unit and multi-process tests of lib/ and reproduce/"),
     Suite("notebook-params", (PARAMS, *NOT_TIMED), "every notebook at other world sizes and seeds (dry run)"),
+    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue"),
     Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),
     Suite("notebooks-timed", ("--nbval-lax", *TIMED_NOTEBOOKS),
           "nbval: the notebooks decided on measured times", quiet=True),
-    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue", quiet=True),
     Suite("timing", (*TIMED, "-m", "timing and not validation"), "tests that assert wall-clock times",
           quiet=True),
 )

@@ -36,7 +36,7 @@ CASES: dict[str, dict] = {
     "wfbp": {},
     "fusion": {"bucket_mb": 0.001},
     "mgwfbp": {"profile_steps": 2},
-    "bytescheduler": {"partition_mb": 0.0002, "credit_mb": 0.0004},
+    "bytescheduler": {"partition_mb": 0.005, "credit_mb": 0.01},
     "dear": {"threshold_mb": 0.0005},
 }
 PLAIN_SGD = {"vrl_sgd"}            # defined for SGD without momentum

@@ -264,3 +264,21 @@ def test_benchmark_feeds_bert_token_ids_at_a_capped_sequence_length():
     assert len(x.unique()) > 16 and y.shape == (4,)
     assert bs.synthetic_batches((3, 8, 8), 4, seed=0)(0)[0].dtype == torch.float32
     assert bs.grad_bytes("bert_base") == 4 * (109_480_704 + 768 * 10 + 10)
+
+
+@pytest.mark.parametrize("model, shape, depth", [("mlp", None, 0), ("transformer", None, 0),
+                                                 ("resnet50", (3, 16, 16), 1), ("bert_base", (8,), 1)])
+def test_a_case_model_is_the_model_seed_0_draws_and_leaves_the_generator_as_drawing_does(model, shape, depth):
+    """Every case of a benchmark starts from the weights `torch.manual_seed(0)` then `bench_model`
+    gives; `fresh_bench_model` copies them instead of drawing again, twice in a row the same."""
+    from distsgd import bench_schedules as bs
+
+    shape = shape or bs.INPUT_SHAPES[model]
+    torch.manual_seed(0)
+    drawn = bs.bench_model(model, shape, depth).state_dict()
+    after_draw = torch.rand(4)
+    for _ in range(2):
+        copied = bs.fresh_bench_model(model, shape, depth).state_dict()
+        assert torch.equal(torch.rand(4), after_draw)
+        assert drawn.keys() == copied.keys()
+        assert all(torch.equal(drawn[k], copied[k]) for k in drawn)

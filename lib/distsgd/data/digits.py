@@ -15,6 +15,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from .base import TensorSource
@@ -46,7 +47,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tup
 
 def load() -> TensorSource:
     """The digits dataset as images of shape (1, 8, 8)."""
-    table = np.loadtxt(digits_file(), delimiter=",", dtype=np.float32)
+    table = pd.read_csv(digits_file(), header=None, dtype=np.float32).to_numpy()   # numpy's loadtxt: 2x the CPU
     pixels, labels = table[:, :-1], table[:, -1].astype(np.int64)
     train_idx, test_idx = stratified_split(labels, TEST_FRACTION, SPLIT_SEED)
     x = torch.from_numpy(pixels).view(-1, 1, 8, 8) / MAX_PIXEL
