@@ -1,5 +1,8 @@
-"""distsgd.projection: the fixed resolution decides a projected ratio; tables from the simulator."""
+"""distsgd.projection: a projected ratio is decided within the simulator's error measured on the
+survey's cluster (or is inconclusive where no measurement covers it); tables from the simulator."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -16,14 +19,49 @@ def tiny_profile() -> Profile:
                    source="flops-scaled", machine="test", layers=layers)
 
 
-@pytest.mark.parametrize("ratio, verdict", [(1.5, "reproduced"), (1.25, "inconclusive"), (1.1, "inconclusive"),
-                                            (0.9, "contradicted")])
-def test_ratio_decided_with_the_fixed_resolution(ratio, verdict):
+def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_schedule_and_fabric():
+    import pandas as pd
+
+    from distsgd.paths import repo_root
+    from distsgd.timeline.survey import ERROR_CSV
+
+    table = pd.read_csv(repo_root(Path(pj.__file__).parent) / ERROR_CSV)
+    for algo, methods, net, connection in [("wfbp", ["WFBP-A2A"], "10GbE", "10GbE with TCP/IP"),
+                                           ("ps", ["BSP-PS", "WFBP-PS", "ByteScheduler-PS"], "IB-EDR",
+                                            "100GbIB with RDMA")]:
+        rows = table[table.method.isin(methods) & (table.connection == connection)]
+        band = pj.measured_error(algo, net)
+        assert (band.low, band.high, band.rows) == (rows.error.min(), rows.error.max(), len(rows)) and len(rows) >= 12
+        assert band.low < 0 < band.high
+
+
+@pytest.mark.parametrize("ratio, verdict", [(2.5, "reproduced"), (1.5, "inconclusive"), (1.1, "inconclusive"),
+                                            (1.0, "contradicted")])
+def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict):
+    """measured = predicted / (1 + e): numerator e in [-10%, +20%], denominator in [-30%, +5%]."""
+    num = pj.ErrorBand("wfbp", "10GbE", -0.1, 0.2, 12, ("WFBP-A2A",))
+    den = pj.ErrorBand("no_overlap", "10GbE", -0.3, 0.05, 12, ("BSP-A2A",))
+    band = pj.RatioBand(((num, 1), (den, -1)))
+    low, high = band.interval(ratio)
+    assert low == pytest.approx(ratio / 1.2 * 0.7) and high == pytest.approx(ratio / 0.9 * 1.05)
     claims = Claims("t")
-    claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, "projection"))
-    assert pj.decide(claims, "c", ratio, "projection: toy") == verdict
-    low, high = pj.interval(ratio)
-    assert low == pytest.approx(ratio / 1.15) and high == pytest.approx(ratio * 1.15)
+    claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT))
+    assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
+    assert "wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+
+
+def test_an_unmeasured_schedule_or_fabric_is_inconclusive_by_a_precheck_naming_it():
+    claims = Claims("t")
+    for id, num, den in [("fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
+                         ("fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
+                         ("covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]:
+        band = pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, num, den)
+        assert (band is None) == (id != "covered")
+        pj.decide(claims, id, 100.0, "projection: toy", band)     # far beyond the threshold
+    table = claims.table().set_index("id")
+    assert list(table.verdict) == ["inconclusive", "inconclusive", "reproduced"]
+    assert "no fusion" in table.reason["fusion"] and "'10Gbit'" in table.reason["fabric"]
+    assert "none covers it" in table.test["fusion"] and "no_overlap on 10GbE: " in table.test["covered"]
 
 
 def test_project_rows_and_label():
@@ -68,8 +106,31 @@ def test_tensor_stats():
                                                       "largest_tensor_mb": 6.0}
 
 
+def test_the_fastest_of_several_schedules_has_the_union_of_their_bands():
+    band = pj.ratio_band([(("no_overlap", "wfbp"), "10GbE")], [])
+    (fastest, exponent), = band.terms
+    parts = [pj.measured_error(a, "10GbE") for a in ("no_overlap", "wfbp")]
+    assert exponent == 1 and fastest.low == min(p.low for p in parts) and fastest.high == max(p.high for p in parts)
+    with pytest.raises(pj.Uncovered, match="no fusion"):
+        pj.ratio_band([(("wfbp", "fusion"), "10GbE")], [])
+
+
+def test_a_sweep_table_carries_the_measured_error_beside_each_prediction():
+    import pandas as pd
+
+    table = pd.DataFrame({"algo": ["wfbp", "dear", "wfbp"], "net": ["10GbE", "10GbE", "100Gbit,5us"],
+                          "step_s": [0.3, 0.3, 0.3]})
+    out = pj.with_measured_error(table)
+    band = pj.measured_error("wfbp", "10GbE")
+    assert out.step_s_low[0] == pytest.approx(0.3 / (1 + band.high)) and out.step_s_high[0] == pytest.approx(0.3 / (1 + band.low))
+    assert out.measured_error[0].endswith("(12 survey rows)")
+    assert out.measured_error[1] == "not measured: the survey measured no dear"
+    assert out.measured_error[2].startswith("not measured: the survey measured no network") and out.step_s_low.isna()[2]
+
+
 def test_interval_is_ordered_for_negative_values():
-    low, high = pj.interval(-0.5)
+    band = pj.ratio_band([("wfbp", "10GbE")], [("no_overlap", "10GbE")])
+    low, high = band.interval(-0.5)
     assert low <= -0.5 <= high
 
 

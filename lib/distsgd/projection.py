@@ -3,35 +3,163 @@ simulator (`distsgd.timeline`) on a committed layer profile of the paper's model
 GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.profiling` documents;
 why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in docs/simulator.md).
 
-A projection is deterministic (committed profile, closed-form timeline), so its "interval" does
-not come from repeats. It comes from the accuracy the simulator is to hold against measured step
-times, `RESOLUTION` (15%, checked pair by pair by tests/test_timeline_validation.py, `make
-validate`; on this machine not yet met by every schedule: docs/validation.md). The rule, fixed before any
-projection is made, is that a projected ratio r of two step times (or of two gains) is decided on
-the interval
+A projection is deterministic (committed profile, closed-form timeline), so its interval does not
+come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
+benchmark predicted row by row (`timeline.survey`, the committed `reproduce/validation/
+survey_error.csv`, docs/simulator_error.md). The rule, fixed before any projection is made:
 
-    [r / (1 + RESOLUTION), r * (1 + RESOLUTION)]
+- A projected step time of schedule `algo` on fabric `net` is covered when the survey measured
+  that schedule (`timeline.survey.METHODS`: no_overlap, wfbp, mgwfbp, bytescheduler, ps) on that
+  fabric (`net` is the preset a survey connection was fitted from: "10GbE" or "IB-EDR"). Its band
+  is [lo, hi], the smallest and largest error (predicted / measured - 1) of every row of that
+  schedule and fabric (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi].
+- A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
+  is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
+- A setting that a term's schedule or fabric leaves uncovered is inconclusive with that reason,
+  known before the projection (`register`: a precheck). The band is named in the row's test.
 
-so a ratio within 15% of its threshold is inconclusive. A projection is labelled with its profile
-and network (`describe`), and stands beside the small-scale measurement, never replacing it.
+`RESOLUTION` (15%) stays the target bound of the simulator against this machine's own measured
+step times (tests/test_timeline_validation.py, `make validate`); it decides no projected claim.
 """
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from .claims import Claims
+from .claims import Claims, Test
 from .comm.netmodel import parse_net
 from .layer_profile import Profile
+from .paths import repo_root
 from .algorithms.dear import fusion_counts
 from .algorithms.tuner import GridTuner
 from .timeline.simulate import Prediction, simulate
+from .timeline.survey import ERROR_CSV, FABRICS, METHODS
 from .timeline.sweep import find_profile, sweep
 from .timeline.topology import Topology
 
-RESOLUTION = 0.15   # the simulator's target bound on a step time (tests/test_timeline_validation.py)
+RESOLUTION = 0.15   # the simulator's target bound on this machine's step times (tests/test_timeline_validation.py)
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """The simulator's measured error on one schedule and fabric: the extremes of predicted /
+    measured - 1 over `rows` rows of the survey's table."""
+
+    algo: str
+    net: str
+    low: float
+    high: float
+    rows: int
+    methods: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (f"{self.algo} on {self.net}: {self.low:+.1%}..{self.high:+.1%} "
+                f"({self.rows} rows: {', '.join(self.methods)})")
+
+
+class Uncovered(ValueError):
+    """No real-cluster measurement covers a projected setting (the reason is the message)."""
+
+
+@functools.cache
+def _error_table(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def measured_error(algo: str, net: str, table: Path | None = None) -> ErrorBand:
+    """The measured error band of schedule `algo` on fabric `net` (module doc), from the committed
+    `survey_error.csv` (or `table`); `Uncovered` with the reason where no row covers them."""
+    methods = tuple(m for m, spec in METHODS.items() if spec.algo == algo)
+    if not methods:
+        measured = sorted({spec.algo for spec in METHODS.values()})
+        raise Uncovered(f"the survey measured no {algo} (its schedules: {', '.join(measured)})")
+    connection = {preset: c for c, preset in FABRICS.items()}.get(net)
+    if connection is None:
+        raise Uncovered(f"the survey measured no network {net!r} (its fabrics: {', '.join(FABRICS.values())})")
+    df = _error_table(Path(table or repo_root(Path(__file__).parent) / ERROR_CSV))
+    rows = df[df.method.isin(methods) & (df.connection == connection)]
+    return ErrorBand(algo, net, float(rows.error.min()), float(rows.error.max()), len(rows), methods)
+
+
+@dataclass(frozen=True)
+class RatioBand:
+    """The measured error carried to a ratio of projected step times: each term a band and its
+    exponent (+1: a step time in the numerator, -1: in the denominator)."""
+
+    terms: tuple[tuple[ErrorBand, int], ...]
+
+    def interval(self, ratio: float) -> tuple[float, float]:
+        """Where the measured ratio lies when each measured step time is predicted / (1 + e), e in
+        its band: worst case over the terms."""
+        low = high = 1.0
+        for band, exponent in self.terms:
+            a, b = (1 + band.low) ** -exponent, (1 + band.high) ** -exponent
+            low, high = low * min(a, b), high * max(a, b)
+        return min(ratio * low, ratio * high), max(ratio * low, ratio * high)
+
+    def describe(self) -> str:
+        bands = {band.describe() for band, _ in self.terms}
+        return "simulator's measured error on the survey's cluster: " + "; ".join(sorted(bands))
+
+
+def ratio_band(numerator: Sequence[tuple[str | tuple[str, ...], str]],
+               denominator: Sequence[tuple[str | tuple[str, ...], str]]) -> RatioBand:
+    """The `RatioBand` of a ratio whose numerator multiplies the step times of the (algo, net)
+    settings `numerator` and whose denominator those of `denominator`; an algo given as a tuple is
+    the fastest of those schedules (its band the union of theirs). `Uncovered` if any setting is."""
+    def band(algo: str | tuple[str, ...], net: str) -> ErrorBand:
+        if isinstance(algo, str):
+            return measured_error(algo, net)
+        bands = [measured_error(a, net) for a in algo]
+        return ErrorBand("fastest of " + "/".join(algo), net, min(b.low for b in bands), max(b.high for b in bands),
+                         sum(b.rows for b in bands), tuple(m for b in bands for m in b.methods))
+
+    return RatioBand(tuple((band(a, n), 1) for a, n in numerator) + tuple((band(a, n), -1) for a, n in denominator))
+
+
+def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, op: str, threshold: float,
+             numerator: Sequence[tuple[str | tuple[str, ...], str]],
+             denominator: Sequence[tuple[str | tuple[str, ...], str]]) -> RatioBand | None:
+    """Register projected claim `id` (`Claims.register`) with a test whose statistic names its
+    band (`ratio_band` of the (algo, net) settings whose step times make the ratio), before the
+    projection; where a setting is uncovered, mark the claim inconclusive by that precheck and
+    return None. The band goes to `decide`."""
+    try:
+        band, uncovered = ratio_band(numerator, denominator), ""
+        stat = f"{BAND_STAT}: {band.describe().split(': ', 1)[1]}"
+    except Uncovered as exc:
+        band, uncovered = None, str(exc)
+        stat = f"{BAND_STAT}; none covers it"
+    claims.register(id, claim, paper, Test(quantity, op, threshold, stat))
+    if band is None:
+        claims.precheck(id, f"no real-cluster measurement covers this projection: {uncovered}")
+    return band
+
+
+def with_measured_error(table: pd.DataFrame) -> pd.DataFrame:
+    """A `timeline.sweep` table (columns algo, net, step_s) with the simulator's measured error
+    beside each prediction: `measured_error` (the band, or why none covers the row) and the
+    step-time range it gives, `step_s_low`..`step_s_high` (= step_s / (1 + e)), NaN where uncovered."""
+    bands, lows, highs = [], [], []
+    for algo, net, step in zip(table.algo, table.net, table.step_s):
+        try:
+            band = measured_error(algo, net)
+        except Uncovered as exc:
+            bands.append(f"not measured: {str(exc).split(' (')[0]}")
+            lows.append(float("nan"))
+            highs.append(float("nan"))
+            continue
+        bands.append(f"{band.low:+.0%}..{band.high:+.0%} ({band.rows} survey rows)")
+        lows.append(step / (1 + band.high))
+        highs.append(step / (1 + band.low))
+    return table.assign(measured_error=bands, step_s_low=lows, step_s_high=highs)
+
+
+BAND_STAT = "deterministic projection, decided within the simulator's error measured on the survey's cluster"
 
 
 def load_profile(model: str, device: str, batch_size: int | None = None) -> Profile:
@@ -66,18 +194,13 @@ def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[
     return out
 
 
-def interval(ratio: float, resolution: float = RESOLUTION) -> tuple[float, float]:
-    """The decision interval of a projected ratio (module docstring), low <= high."""
-    a, b = ratio / (1 + resolution), ratio * (1 + resolution)
-    return min(a, b), max(a, b)
-
-
-def decide(claims: Claims, id: str, ratio: float, label: str, detail: str = "",
-           resolution: float = RESOLUTION) -> str:
-    """Decide projected claim `id` on `ratio` with the fixed resolution; `label` is `describe`'s
-    text, `detail` the numbers a reader needs. Returns the verdict."""
-    low, high = interval(ratio, resolution)
-    measured = f"{label}; ratio {ratio:.3f}, ±{resolution:.0%} simulator resolution"
+def decide(claims: Claims, id: str, ratio: float, label: str, band: RatioBand | None, detail: str = "") -> str:
+    """Decide projected claim `id` on `ratio` within `band` (`register`'s; None: the claim's
+    precheck found no measurement, and it stays inconclusive); `label` is `describe`'s text,
+    `detail` the numbers a reader needs. Returns the verdict."""
+    low, high = band.interval(ratio) if band is not None else (ratio, ratio)
+    where = band.describe() if band is not None else "no measured error covers it"
+    measured = f"{label}; ratio {ratio:.3f}; {where}"
     return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
 
 

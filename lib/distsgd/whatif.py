@@ -49,6 +49,7 @@ from .comm.netmodel import NetModel
 from .errors import ConfigError
 from .layer_profile import Profile, format_shape
 from .paths import repo_root
+from .projection import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
 from .timeline.overheads import Overheads
 from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep
@@ -210,7 +211,8 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     `hierarchical` all-reduces and PS `servers` as `Topology`'s), `algos` x `nprocs` x networks
     simulated (`timeline.sweep`, with the scale `effects` and per-call `overheads`, by default the
     what-if defaults of `timeline.effects`, `OFF` / None to switch them off; Chrome traces in
-    `trace_dir`). Every argument is checked before the
+    `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
+    schedule and network beside it (`projection.with_measured_error`). Every argument is checked before the
     profile is built or anything is simulated."""
     intra = intra if gpus_per_node != 1 else ""
     compute_s = iteration_seconds(batch_size, iter_time, throughput)
@@ -221,7 +223,7 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     profile, source = choose_profile(model, batch_size, device, seq_len, compute_s, profile_csv)
     table = sweep(profile, algos, nprocs, networks, params, gpus_per_node, intra, source, trace_dir,
                   hierarchical, servers, effects, overheads)
-    return WhatIf(table, profile, source, fit)
+    return WhatIf(with_measured_error(table), profile, source, fit)
 
 
 def recommend(df: pd.DataFrame) -> list[str]:
