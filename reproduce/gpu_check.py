@@ -1,18 +1,27 @@
-"""The GPU checks of issue 17 on one CUDA GPU, in one call (reproduce/README.md, "GPU check").
+"""The GPU checks (issues 17, 33 and 34) on one CUDA GPU, in one call (reproduce/README.md, "GPU check").
 
-1. Layer profiles of the papers' models measured on this GPU at the papers' batches and inputs
+Steps (all by default; `--steps` picks some, in this order):
+
+0. `calls`: the per-collective cost on NCCL (issue 33 item 2): 1 to 512 async all-reduces of 4 KB to
+   64 MB through the kit's `Comm` and through torch.distributed alone, host issue time and device
+   time per call (`timeline.overheads.measure_gpu_calls`) -> OUT/gpu_calls.csv.
+1. `host`: where a training step's time goes (`profiling.host_and_device`): the host's time to issue
+   forward, backward and update, the device's own time, and the step, for the validated models at the
+   validation's batch -> OUT/gpu_host.csv.
+2. `profiles`: layer profiles of the papers' models measured on this GPU at the papers' batches and inputs
    (the list of `reproduce/layer_profiles/make_profiles.sh projected`), `profiling.measure`:
    medians of 10 rounds after 3 warm-up iterations -> OUT/profiles/<GPU>/<model>_b<batch>[_<input>].csv
-2. The simulator against the schedule benchmark on one NCCL rank (`timeline.validate.validate_gpu`:
+3. `validation`: the simulator against the schedule benchmark on one NCCL rank (`timeline.validate.validate_gpu`:
    p = 1, no emulation, the profile measured there, unscaled) -> OUT/gpu_validation.csv, and the
    benchmark's rows -> OUT/gpu_bench.csv; the profiles it measured -> OUT/profiles/<GPU>/.
-3. Training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
+4. `training`: training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
    S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
 
-Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT
+Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -44,6 +53,32 @@ def profile_name(model: str, batch: int, shape: tuple[int, ...]) -> str:
     return f"{model}_b{batch}{suffix}.csv"
 
 
+VALIDATED = ("resnet50", "bert_base")     # validate_gpu's models, at its batch
+VALIDATION_BATCH = 32
+
+
+def calls(out: Path) -> None:
+    from distsgd.timeline.overheads import measure_gpu_calls
+    table = measure_gpu_calls()
+    table.to_csv(out / "gpu_calls.csv", index=False)
+    print(table.to_string(), flush=True)
+
+
+def host(out: Path) -> None:
+    import pandas as pd
+
+    from distsgd import bench_schedules as bs
+    from distsgd.caps import Caps
+    from distsgd.profiling import host_and_device
+    rows = [dict(model=m, batch_size=VALIDATION_BATCH,
+                 **host_and_device(m, bs.input_shape(m, Caps()), VALIDATION_BATCH, device="cuda",
+                                   options=bs.MODEL_OPTIONS.get(m, {})))
+            for m in VALIDATED]
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "gpu_host.csv", index=False)
+    print(table.to_string(), flush=True)
+
+
 def profiles(out: Path) -> None:
     from distsgd.profiling import measure
     folder = gpu_folder(out)
@@ -57,14 +92,19 @@ def profiles(out: Path) -> None:
 
 
 def validation(out: Path) -> None:
+    import pandas as pd
+
     from distsgd.timeline.validate import validate_gpu
-    table, bench, extra = validate_gpu(models=("resnet50", "bert_base"), batch_size=32, steps=16, warmup=8,
-                                       repeats=3)
+    measured = {name: pd.read_csv(out / f"gpu_{name}.csv") for name in ("calls", "host")
+                if (out / f"gpu_{name}.csv").exists()}        # this run's steps 0 and 1, else measured now
+    table, bench, extra = validate_gpu(models=VALIDATED, batch_size=VALIDATION_BATCH, steps=16, warmup=8,
+                                       repeats=3, **measured)
     table.to_csv(out / "gpu_validation.csv", index=False)
     bench.to_csv(out / "gpu_bench.csv", index=False)
     for model, profile in extra["profiles"].items():
         profile.to_csv(gpu_folder(out) / profile_name(model, profile.batch_size, tuple(profile.input_shape)))
-    print(table[["model", "label", "measured_s", "predicted_s", "residual"]].to_string(), flush=True)
+    print(table[["model", "label", "measured_s", "predicted_s", "residual", "predicted_plain_s"]].to_string(),
+          flush=True)
     print("profiles' own references (un-hooked, hooked forward+backward s):", extra["references"], flush=True)
 
 
@@ -81,10 +121,18 @@ def training(out: Path) -> None:
                 {"rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
 
 
+STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training)}
+
+
 def main() -> int:
-    out = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path, help="folder for the results")
+    parser.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS),
+                        help="which checks to run (default: all, in the order listed)")
+    args = parser.parse_args()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    for step in (profiles, validation, training):
+    for step in (STEPS[name] for name in STEPS if name in args.steps):
         t = time.perf_counter()
         try:
             step(out)

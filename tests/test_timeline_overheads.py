@@ -11,6 +11,7 @@ from distsgd.comm.netmodel import NetModel
 from distsgd.timeline import ALGORITHMS, simulate
 from distsgd.timeline.overheads import NONE, Overheads, out_bytes
 
+from test_timeline import FREE as FREE_NET
 from test_timeline import MB, NET, TOY, ar
 
 KNOB = Overheads(issue_s=50e-6, copy_Bps=2e9)
@@ -146,3 +147,90 @@ def test_measured_overheads_are_of_the_right_magnitude() -> None:
     assert 1e8 < ov.copy_Bps < 1e12 and 0 < ov.issue_s < 1e-2
     assert set(ov.transfer) == {2} and ov.transfer[2].bandwidth_Bps > 1e7
     assert ov.ssd_rule > 0 and ov.ssd_server > 0 and ov.cores >= 1
+
+
+# ---------------------------------------------------------------- a GPU host (issue 33 item 2)
+def gpu_host(share: float, issue_s: float = 100e-6) -> Overheads:
+    return Overheads(issue_s=issue_s, host_share=share)
+
+
+def test_a_host_ahead_of_the_device_hides_its_issue_costs() -> None:
+    """Host share 0.1 of a step, 9 collectives of 100 us: the host needs 0.1 compute + 0.9 ms, far
+    less than the device's compute, so WFBP on a free network costs the compute alone."""
+    pred = simulate(TOY, "wfbp", 2, FREE_NET, overheads=gpu_host(0.1))
+    assert pred.step_s == pytest.approx(TOY.compute_s, rel=1e-12)
+
+
+def test_a_host_behind_the_device_sets_the_pace_and_pays_every_issue() -> None:
+    """Host share 2 (the host takes twice the device's time to issue the compute: small kernels):
+    the step is the host's, 2 x compute + one issue per tensor (WFBP), or per bucket (one bucket)."""
+    ov = gpu_host(2.0)
+    wfbp = simulate(TOY, "wfbp", 2, FREE_NET, overheads=ov)
+    assert wfbp.step_s == pytest.approx(2 * TOY.compute_s + len(TOY.tensor_bytes) * ov.issue_s, rel=1e-9)
+    one = simulate(TOY, "no_overlap", 2, FREE_NET, {"bucket_mb": 1e4}, overheads=ov)
+    assert one.step_s == pytest.approx(2 * TOY.compute_s + ov.issue_s, rel=1e-9)
+
+
+def test_on_a_gpu_host_a_collective_starts_once_the_host_has_issued_it() -> None:
+    """Host share 0: the device computes as soon as it can. With 1 us per issue the all-reduce after
+    backward starts when the gradient is ready (step = compute + all-reduce); with 100 ms per issue,
+    more than compute and all-reduce together, each all-reduce starts when the host has issued it,
+    100 ms after the last one, and the step is the host's 100 ms."""
+    p, n = 4, TOY.grad_bytes
+    fast = simulate(TOY, "no_overlap", p, NET, {"bucket_mb": 1e4}, overheads=gpu_host(0.0, 1e-6))
+    assert fast.step_s == pytest.approx(TOY.compute_s + ar(n, p), rel=1e-9)
+    assert TOY.compute_s + ar(n, p) < 0.1
+    slow = simulate(TOY, "no_overlap", p, NET, {"bucket_mb": 1e4}, overheads=gpu_host(0.0, 0.1))
+    assert slow.step_s == pytest.approx(0.1, rel=1e-9)
+
+
+def test_gpu_host_rules_on_one_rank() -> None:
+    """`streams.Rank` on a GPU host, rule by rule: a task ends no earlier than the host has issued
+    all of it (host share 2: 1 s of device work ends at 2 s); the next task starts no earlier than
+    the host has begun issuing it; a collective starts once the host has issued it (1 s of issue
+    cost, then its transfer); waiting for it is the device's: the host's clock does not move."""
+    from distsgd.timeline.streams import Rank
+    from distsgd.timeline.topology import Topology
+
+    rank = Rank(Topology.flat(NET), 4, gpu_host(2.0, issue_s=1.0))
+    rank.compute("a", 1.0)
+    assert (rank.t, rank.host) == (2.0, 2.0)
+    ready = rank.issue("all_reduce", 4 * MB)
+    assert rank.host == 3.0 and ready == pytest.approx(3.0 + ar(4 * MB, 4), rel=1e-12)
+    rank.wait(ready)
+    assert rank.t == ready and rank.host == 3.0
+    rank.compute("b", 1.0)                     # host 3 -> 5; device from the ready time, ends at 5
+    assert rank.t == pytest.approx(max(ready + 1.0, 5.0)) and rank.host == 5.0
+
+
+def test_gpu_overheads_from_the_checks_tables() -> None:
+    """`gpu_overheads`: issue_s the median host issue per call of the kit's Comm over rounds of 8+
+    calls; host_share the host's forward + backward + update over the device's step."""
+    import pandas as pd
+
+    from distsgd.timeline.validate import gpu_overheads
+    calls = pd.DataFrame([dict(path="distsgd.Comm", calls=1, issue_s=9.0),
+                          dict(path="distsgd.Comm", calls=8, issue_s=1.0),
+                          dict(path="distsgd.Comm", calls=64, issue_s=2.0),
+                          dict(path="distsgd.Comm", calls=512, issue_s=3.0),
+                          dict(path="torch.distributed", calls=64, issue_s=0.5)])
+    ov = gpu_overheads(calls, dict(host_forward_s=1.0, host_backward_s=2.0, host_update_s=1.0, device_s=8.0))
+    assert ov.issue_s == 2.0 and ov.host_share == 0.5 and ov.gpu
+
+
+def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
+    """`measure_gpu_calls` and `profiling.host_and_device` (run on a GPU by reproduce/gpu_check.py)
+    on the CPU, where host and device are one: every (path, size, count) row, positive times, the
+    device's time per call at least the host's issue loop, the one-rank group left as found; the
+    host's time for each phase of a step at most the whole step (medians of per-step pairs)."""
+    import torch.distributed as dist
+
+    from distsgd.profiling import host_and_device
+    from distsgd.timeline.overheads import measure_gpu_calls
+    calls = measure_gpu_calls(sizes=(4096, 65536), counts=(1, 8), reps=2, device="cpu")
+    assert len(calls) == 2 * 2 * 2 and set(calls.path) == {"distsgd.Comm", "torch.distributed"}
+    assert (calls.issue_s > 0).all() and (calls.call_s >= calls.issue_s).all()
+    assert not dist.is_initialized()
+    host = host_and_device("mlp", (64,), 8, device="cpu", reps=3, warmup=1)
+    assert host["device_s"] == host["step_s"] > 0 and host["host_layerwise_update_s"] > 0
+    assert all(0 < host[f"host_{phase}_s"] <= host["step_s"] for phase in ("forward", "backward", "update"))

@@ -92,3 +92,22 @@ def test_fit_collective_times_recovers_the_network():
     with pytest.raises(ConfigError):
         fit_collective_times(times[times.nbytes == 2**20])
 
+
+
+def test_predict_gpu_scales_to_the_devices_time_and_charges_the_host():
+    """The GPU check's rule (`predict_gpu`): the profile (4 s) scaled to the device's own step (10 ms);
+    the host needs 2 x that (20 ms) plus 1 ms per collective: the compute row predicts the host's
+    20 ms, WFBP (one tensor: one collective, no transfer at p = 1) 21 ms; the plain prediction is the
+    unscaled profile without host costs."""
+    common = dict(model="toy", params="{}", nproc=1, grad_bytes=4000, batch_size=4, compute_s=0.02, repeat=0)
+    bench = pd.DataFrame([dict(common, label="WFBP", algo="wfbp", net_name="real", net="", step_s=0.025),
+                          dict(common, label="compute", algo="compute", net_name="none", net="", step_s=0.02)])
+    calls = pd.DataFrame([dict(path="distsgd.Comm", calls=8, issue_s=1e-3)])
+    host = pd.DataFrame([dict(model="toy", host_forward_s=0.005, host_backward_s=0.01, host_update_s=0.005,
+                              device_s=0.01)])
+    table = v.predict_gpu(bench, {"toy": _toy()}, calls, host, warmup=2, steps=4).set_index("label")
+    assert table.loc["compute", "predicted_s"] == pytest.approx(0.020, rel=1e-9)
+    assert table.loc["WFBP", "predicted_s"] == pytest.approx(0.021, rel=1e-9)
+    assert table.loc["WFBP", "residual"] == pytest.approx(0.021 / 0.025 - 1, rel=1e-9)
+    assert table.loc["WFBP", "predicted_plain_s"] == pytest.approx(4.0, rel=1e-9)
+    assert table.loc["WFBP", "host_share"] == pytest.approx(2.0)

@@ -380,6 +380,72 @@ def measure(model: str, input_shape: tuple[int, ...], batch_size: int, *, device
     return Measurement(profile, unhooked, hooked)
 
 
+def host_and_device(model: str, input_shape: tuple[int, ...], batch_size: int, *, device: str = "cuda",
+                    reps: int = 20, warmup: int = 5, options: dict[str, Any] | None = None) -> dict[str, float]:
+    """Where a training step's time goes on a GPU host: medians over `reps` steps (forward, loss,
+    backward, SGD with momentum), each started on an idle device, of
+    `host_forward_s` / `host_backward_s` / `host_update_s`: the host's time to issue each phase (the
+    Python calls return before the device is done unless the host must wait for it);
+    `step_s`: the whole step until the device is done (``synchronize``);
+    `device_s`: the device's own time for the step, events recorded around it while the device is
+    held busy first (``torch.cuda._sleep``) so that the host issues ahead and no gap waits for it;
+    `host_layerwise_update_s`: the host's time to issue the same update tensor by tensor
+    (`algorithms.layerwise.sgd_update`, as DeAR and ByteScheduler apply it) instead of
+    ``optimizer.step()``. On the CPU every one of them is wall time (host and device are one)."""
+    from .algorithms.layerwise import sgd_update
+
+    options = dict(options or {})
+    _check(batch_size, reps, warmup)
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    torch.manual_seed(0)
+    net = _build(model, input_shape, options).to(dev)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+    x, y = (t.to(dev) for t in _batch(model, input_shape, batch_size, options, 0))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def step() -> list[float]:
+        stamps = [time.perf_counter()]
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(x), y)
+        stamps.append(time.perf_counter())
+        loss.backward()
+        stamps.append(time.perf_counter())
+        optimizer.step()
+        stamps.append(time.perf_counter())
+        return stamps
+
+    rows: list[dict[str, float]] = []
+    for i in range(warmup + reps):
+        sync()
+        stamps = step()
+        sync()
+        row = dict(host_forward_s=stamps[1] - stamps[0], host_backward_s=stamps[2] - stamps[1],
+                   host_update_s=stamps[3] - stamps[2], step_s=time.perf_counter() - stamps[0])
+        if cuda:
+            torch.cuda._sleep(int(2e9 * 3 * row["step_s"]))    # about 3 steps' time at ~2 GHz
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            sync()
+            row["device_s"] = start.elapsed_time(end) / 1e3
+        else:
+            row["device_s"] = row["step_s"]
+        sync()
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+        params = [q for q in net.parameters() if q.grad is not None]
+        lrs = {id(g): g["lr"] for g in optimizer.param_groups}
+        sync()
+        t0 = time.perf_counter()
+        sgd_update(optimizer, params, [q.grad for q in params], lrs)
+        row["host_layerwise_update_s"] = time.perf_counter() - t0
+        if i >= warmup:
+            rows.append(row)
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
 # ---------------------------------------------------------------------------- projection
 def efficiency(model_family: str) -> float:
     """Fraction of its device's peak at which the family's calibration model runs, so that its

@@ -20,6 +20,13 @@ besides the profile's layer times:
     server step are several passes over the flat model, as fractions of the model's training
     step; without them the simulator charges one optimizer update (`update_s`) for each.
 
+(e) On a GPU host (`host_share` set) the costs are the host's, not the compute stream's: the host
+    spends `host_share` seconds issuing each second of device compute (the model's
+    ``host_forward_s + host_backward_s + host_update_s`` over its ``device_s``, measured by
+    `profiling.host_and_device` on that GPU) and `issue_s` per collective (`measure_gpu_calls`); the
+    device waits for the host only where the host falls behind (`streams.Rank`). Copies there are
+    device kernels at memory speed and the transfer is NCCL's (no `copy_Bps`, no `transfer`).
+
 `Overheads` holds these numbers; `simulate(..., overheads=...)` charges (a) and (b) by one rule,
 the same for every schedule (`streams.Rank`):
 
@@ -56,6 +63,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from ..comm.netmodel import NetModel
 
 
@@ -73,6 +82,12 @@ class Overheads:
     cores: int = 0
     ssd_rule: float | None = None
     ssd_server: float | None = None
+    host_share: float | None = None
+
+    @property
+    def gpu(self) -> bool:
+        """A GPU host: costs on the host's clock, not the compute stream's (module docstring, (e))."""
+        return self.host_share is not None
 
     def ssd_s(self, which: str, update_s: float, compute_s: float) -> float:
         """Seconds of SSD-SGD's local rule (`which` "rule") or of one server step ("server"):
@@ -235,3 +250,77 @@ def measure(net: str | None = None, nproc: int = 2, model: str = "mlp", batch_si
     return Overheads(issue_s=measure_issue(nproc=nproc, net=net), copy_Bps=med["copy_Bps"],
                      transfer=measure_transfer(nprocs), cores=os.cpu_count() or 1, ssd_rule=med["ssd_rule"],
                      ssd_server=med["ssd_server"])
+
+
+def _call_round(comm, tensors: list, raw: bool) -> tuple[float, float]:
+    """Issue one async all-reduce (avg) on each of `tensors` (the kit's `Comm`, or `raw`:
+    ``torch.distributed.all_reduce`` alone), then wait for them all: (seconds of the issue loop on the
+    host, seconds until the device has finished them all), from an idle device."""
+    import torch
+    import torch.distributed as dist
+
+    sync = torch.cuda.synchronize if comm.device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    if raw:
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    else:
+        works = [comm.all_reduce(t, op="avg", async_op=True) for t in tensors]
+    issued = time.perf_counter() - t0
+    for w in works:
+        w.wait()
+    sync()
+    return issued, time.perf_counter() - t0
+
+
+def measure_gpu_calls(sizes: tuple[int, ...] = (2**12, 2**16, 2**20, 2**24, 2**26),
+                      counts: tuple[int, ...] = (1, 8, 64, 512), reps: int = 5,
+                      device: str = "cuda") -> pd.DataFrame:
+    """The per-collective cost on one GPU (NCCL, p = 1, issue 33 item 2): for each size in bytes
+    (fp32 tensors) and each count n, n async all-reduces (avg) issued back to back from an idle device,
+    through the kit's `Comm` (what every algorithm calls) and through ``torch.distributed`` alone;
+    the medians over `reps` rounds (after one warm-up round) of the host's issue loop per call
+    (`issue_s`) and of the time until the device has finished them all, per call (`call_s`).
+    Joins a one-rank group (NCCL on "cuda", gloo on "cpu", where host and device are one) on a free
+    local port if none is initialised."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from ..comm import Comm
+    dev = torch.device(device, 0) if device == "cuda" else torch.device(device)
+    joined = not dist.is_initialized()
+    if joined:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=0, world_size=1)
+    try:
+        rows = _call_rows(Comm(0, 1, dev), sizes, counts, reps)
+    finally:
+        if joined:
+            dist.destroy_process_group()
+    return pd.DataFrame(rows).assign(device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu")
+
+
+def _call_rows(comm, sizes: tuple[int, ...], counts: tuple[int, ...], reps: int) -> list[dict]:
+    """`measure_gpu_calls`' rows on `comm`'s device."""
+    import statistics
+
+    import torch
+    rows = []
+    for nbytes in sizes:
+        for n in counts:
+            tensors = [torch.ones(nbytes // 4, device=comm.device) for _ in range(n)]
+            for path, raw in (("distsgd.Comm", False), ("torch.distributed", True)):
+                _call_round(comm, tensors, raw)
+                got = [_call_round(comm, tensors, raw) for _ in range(reps)]
+                rows.append(dict(path=path, nbytes=nbytes, calls=n,
+                                 issue_s=statistics.median(g[0] for g in got) / n,
+                                 call_s=statistics.median(g[1] for g in got) / n))
+            del tensors
+            if comm.device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows

@@ -20,6 +20,17 @@ for its real cost, and a compute task progresses at rate 1/`Overheads.transfer_s
 where both apply, the larger slow-down. A collective may be issued at a later time than the
 compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`).
 
+On a GPU host (`Overheads.host_share` set: `timeline.overheads`, (e)) the compute stream is the
+device's, and the host that issues its work is a clock of its own: issuing a compute task of s device
+seconds costs the host `host_share` x s, a collective `issue_s`. The device runs a task no earlier
+than the host has begun issuing it and finishes it no earlier than the host has issued all of it; a
+collective starts no earlier than the host has issued it. Waiting for a collective is the device's
+(NCCL's stream wait), not the host's, so a host ahead of the device hides its costs, and a host
+behind it (small kernels, many collectives) sets the pace:
+
+    task:        host0 = host;  host += host_share * s;  start = max(t, host0);  end = max(start + s, host)
+    collective:  host += issue_s;  start = max(t, host, link free)
+
 A background pipeline (BytePS's per-partition stages, issued by its own threads, not by the
 compute stream) uses `place` instead: a task that becomes ready at r takes the earliest gap of
 its link at or after r that fits it (a partition reduced later may use the intra-node link while
@@ -58,6 +69,7 @@ class Rank:
         self.real_free = 0.0                           # when the backend's real transfers are done
         self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
+        self.host = 0.0                                # a GPU host's clock: all issued by then (module doc)
         self.free: dict[str, float] = {}               # link -> time it becomes free
         self.busy_on: dict[str, list[tuple[float, float]]] = {}   # link -> placed intervals, sorted (`place`)
         self.events: list[Interval] = []
@@ -65,9 +77,16 @@ class Rank:
         self.step = 0                                  # tags the events
 
     def compute(self, name: str, seconds: float) -> None:
-        """Run a task of `seconds` on the compute stream."""
+        """Run a task of `seconds` on the compute stream (on a GPU host, once the host issues it)."""
         if seconds > 0:
+            host_end = None
+            if self.overheads.gpu:
+                self.t = max(self.t, self.host)
+                self.host += self.overheads.host_share * seconds
+                host_end = self.host
             end = self._finish(seconds) if self.inflight else self.t + seconds
+            if host_end is not None:
+                end = max(end, host_end)
             self.events.append(Interval(COMPUTE, name, self.t, end, self.step))
             self.busy += end - self.t
             self.t = end
@@ -93,13 +112,16 @@ class Rank:
         returns its ready time. The compute stream does not wait, but with `overheads` it first
         spends `issue_s` and one pass over `nbytes` (`overheads` module)."""
         p = self.nproc if size is None else size
-        if self.overheads.active:
+        if self.overheads.gpu:
+            self.host += self.overheads.issue_s
+        elif self.overheads.active:
             self.compute(f"issue {kind} {name}".rstrip(),
                          self.overheads.issue_s + self.overheads.copy_s(nbytes))
         if seconds is None:
             sharers = self.topology.nic_sharers(p, self.nproc) if link == INTER else 1
             seconds = self.topology.cost(link, kind, nbytes, p, sharers)
-        start = max(self.t if at is None else at, self.free.get(link, 0.0))
+        start = max(self.t if at is None else at, self.free.get(link, 0.0),
+                    self.host if self.overheads.gpu and at is None else 0.0)
         ready = start + seconds
         if seconds > 0:
             self.free[link] = ready

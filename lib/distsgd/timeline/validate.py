@@ -46,6 +46,7 @@ from ..paths import repo_root
 from .overheads import NONE, Overheads, measure
 from .simulate import simulate
 from .sweep import PROFILE_DIR
+from .topology import Topology
 
 # The cases validated: the benchmark's schedules plus the local-update algorithms it can time.
 # Periods of 4 and a benchmark warm-up and step count that are multiples of 4 put the same number
@@ -192,24 +193,83 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     return table, bench, headroom
 
 
+def gpu_overheads(calls: pd.DataFrame, host: dict[str, float] | pd.Series) -> Overheads:
+    """The GPU host's costs (`timeline.overheads`, (e)) from the GPU check's measurements: `issue_s`
+    the median host issue time per collective through the kit's `Comm` over every size of
+    `measure_gpu_calls`' rounds of 8 or more calls (one call alone also pays the first launch's
+    set-up); `host_share` the host's time to issue a step's forward, backward and update over the
+    device's own time for it (`profiling.host_and_device`)."""
+    steady = calls[(calls.path == "distsgd.Comm") & (calls.calls >= 8)]
+    host_s = host["host_forward_s"] + host["host_backward_s"] + host["host_update_s"]
+    return Overheads(issue_s=float(steady.issue_s.median()), host_share=float(host_s / host["device_s"]))
+
+
+def compute_step(profile: Profile, overheads: Overheads, steps: int = 8) -> float:
+    """Seconds per step of the profile's compute alone (forward, backward, update of every layer)
+    on a rank with `overheads`: on a GPU host, the device's time or the host's, whichever paces."""
+    from .streams import Rank
+    rank = Rank(Topology.flat(NetModel(bandwidth_Bps=1e12, latency_s=0.0)), 1, overheads)
+    for _ in range(steps):
+        for phase in ("forward_s", "backward_s", "update_s"):
+            for layer in profile.layers:
+                rank.compute(phase, getattr(layer, phase))
+    return rank.t / steps
+
+
+def predict_gpu(bench: pd.DataFrame, profiles: dict[str, Profile], calls: pd.DataFrame, host: pd.DataFrame,
+                warmup: int, steps: int) -> pd.DataFrame:
+    """The GPU check's predictions (`validate_gpu`): per model, the profile scaled to the device's own
+    step time (`host.device_s`: a profile timed by events on a host-bound device also holds the
+    host's gaps) on a GPU host with that model's `gpu_overheads`; the first row per model (label
+    "compute") is the compute-only step. `predicted_plain_s`: the unscaled profile without host
+    costs (the rule before issue 33 item 2)."""
+    any_net = {(1, bs.REAL): NetModel(bandwidth_Bps=1e12, latency_s=0.0)}   # p = 1: nothing is sent
+    measured_compute = bench[bench.algo == "compute"].groupby("model").step_s.median()
+    frames = []
+    for model, h in host.set_index("model").iterrows():
+        ov = gpu_overheads(calls, h)
+        device = profiles[model].scaled(float(h["device_s"]))
+        mine = bench[bench.model == model]
+        table = predict(mine, {model: device}, cases_for(1), networks=any_net, warmup=warmup, steps=steps, scale=False,
+                        overheads=ov)
+        table["predicted_plain_s"] = predict(mine, profiles, cases_for(1), networks=any_net, warmup=warmup, steps=steps,
+                                             scale=False).predicted_s.values
+        compute = float(measured_compute[model])
+        first = pd.DataFrame([dict(model=model, label="compute", algo="compute", nproc=1, net_name="none", net="",
+                                   compute_s=compute, measured_s=compute, predicted_s=compute_step(device, ov),
+                                   predicted_plain_s=profiles[model].compute_s, repeats=int((mine.algo == "compute").sum()))])
+        table = pd.concat([first, table], ignore_index=True)
+        table["residual"] = table.predicted_s / table.measured_s - 1
+        table["issue_s"], table["host_share"], table["device_s"] = ov.issue_s, ov.host_share, float(h["device_s"])
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
 def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: int = 32, steps: int = 32,
-                 warmup: int = 8, repeats: int = 3) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """The check on one GPU (issue 17, item 3): p = 1 on NCCL, no emulation. Each model's layer
-    profile is measured now on this GPU (`profiling.measure`, 10 rounds after 3 warm-up, the
-    benchmark's model options, shape and batch); the benchmark times every case of `cases_for(1)`
-    on one NCCL rank; the prediction is the *unscaled* profile's (`predict(scale=False)`), so the
-    residual checks the profile against a real step, and each schedule's own cost on the GPU (hooks,
-    NCCL launches, copies), which the simulator charges as zero at p = 1 (no transfer). Reported,
-    not asserted; the first rows (label "compute") are the profile's compute against the measured
-    compute-only step. Returns (table, bench, {"profiles": {model: Profile}, "references": {model:
-    (un-hooked, hooked forward + backward seconds of the profile's own call)}})."""
+                 warmup: int = 8, repeats: int = 3, calls: pd.DataFrame | None = None,
+                 host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The check on one GPU (issues 17 and 33): p = 1 on NCCL, no emulation. The per-call costs
+    (`calls`: `overheads.measure_gpu_calls`) and each model's host and device time (`host`:
+    `profiling.host_and_device`) are measured first unless given; each model's layer profile is
+    measured now on this GPU (`profiling.measure`, 10 rounds after 3 warm-up, the benchmark's model
+    options, shape and batch); the benchmark times every case of `cases_for(1)` on one NCCL rank;
+    the prediction is `predict_gpu`'s. Reported, not asserted. Returns (table, bench, {"profiles":
+    {model: Profile}, "references": {model: (un-hooked, hooked forward + backward seconds of the
+    profile's own call)}, "calls": calls, "host": host})."""
     import torch
 
-    from ..comm.netmodel import NetModel
-    from ..profiling import measure
+    from ..profiling import host_and_device, measure
+    from .overheads import measure_gpu_calls
     if not torch.cuda.is_available():
         raise RuntimeError("validate_gpu needs a CUDA GPU")
     models, cases = list(models), cases_for(1)
+    if calls is None:
+        calls = measure_gpu_calls()
+    if host is None:
+        host = pd.DataFrame([dict(model=m, batch_size=batch_size,
+                                  **host_and_device(m, bs.input_shape(m, Caps()), batch_size, device="cuda",
+                                                    options=bs.MODEL_OPTIONS.get(m, {})))
+                             for m in models])
     bench = bs.bench_schedules(models=models, cases=cases, nprocs=[1], networks={bs.REAL: None},
                                batch_size=batch_size, steps=steps, warmup=warmup, repeats=repeats,
                                backend="nccl", caps=Caps())
@@ -218,18 +278,10 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
         got = measure(m, bs.input_shape(m, Caps()), batch_size, device="cuda", reps=10, warmup=3,
                       options=bs.MODEL_OPTIONS.get(m, {}))
         profiles[m], refs[m] = got.profile, (got.unhooked_s, got.hooked_s)
-    any_net = {(1, bs.REAL): NetModel(bandwidth_Bps=1e12, latency_s=0.0)}   # p = 1: nothing is sent
-    table = predict(bench, profiles, cases, networks=any_net, warmup=warmup, steps=steps, scale=False)
-    compute = bench[bench.algo == "compute"].groupby("model").step_s.median()
-    table = pd.concat([pd.DataFrame([dict(model=m, label="compute", algo="compute", nproc=1, net_name="none",
-                                          net="", compute_s=compute[m], measured_s=compute[m],
-                                          predicted_s=profiles[m].compute_s,
-                                          residual=profiles[m].compute_s / compute[m] - 1,
-                                          repeats=int((bench.algo == "compute").sum() / len(models)))
-                                     for m in models]), table], ignore_index=True)
+    table = predict_gpu(bench, profiles, calls, host, warmup, steps)
     table["device"] = torch.cuda.get_device_name(0)
     table["validated"] = False
-    return table, bench, {"profiles": profiles, "references": refs}
+    return table, bench, {"profiles": profiles, "references": refs, "calls": calls, "host": host}
 
 
 def save(table: pd.DataFrame, path: Path) -> Path:
