@@ -18,6 +18,8 @@ Steps (all by default; `--steps` picks some, in this order):
    S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
 
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
+`--device cpu --models mlp` runs steps 0, 1 and 3 on the CPU (gloo): the script's own check before
+device time is spent, not a result.
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ def gpu_folder(out: Path) -> Path:
     """OUT/profiles/<GPU> (e.g. H200): the folder name of reproduce/layer_profiles/."""
     import torch
 
-    folder = out / "profiles" / torch.cuda.get_device_name(0).replace("NVIDIA ", "").split()[0]
+    name = torch.cuda.get_device_name(0).replace("NVIDIA ", "").split()[0] if torch.cuda.is_available() else "cpu"
+    folder = out / "profiles" / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -53,33 +56,34 @@ def profile_name(model: str, batch: int, shape: tuple[int, ...]) -> str:
     return f"{model}_b{batch}{suffix}.csv"
 
 
-VALIDATED = ("resnet50", "bert_base")     # validate_gpu's models, at its batch
+VALIDATED = ["resnet50", "bert_base"]     # validate_gpu's models (default of --models), at its batch
 VALIDATION_BATCH = 32
 
 
-def calls(out: Path) -> None:
+def calls(out: Path, args: argparse.Namespace) -> None:
     from distsgd.timeline.overheads import measure_gpu_calls
-    table = measure_gpu_calls()
+    # 512 x 64 MB is 32 GB: on the CPU check (this machine's memory) the sizes up to 1 MB
+    table = measure_gpu_calls(device=args.device, **({} if args.device == "cuda" else {"sizes": (2**12, 2**16, 2**20)}))
     table.to_csv(out / "gpu_calls.csv", index=False)
     print(table.to_string(), flush=True)
 
 
-def host(out: Path) -> None:
+def host(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
 
     from distsgd import bench_schedules as bs
     from distsgd.caps import Caps
     from distsgd.profiling import host_and_device
     rows = [dict(model=m, batch_size=VALIDATION_BATCH,
-                 **host_and_device(m, bs.input_shape(m, Caps()), VALIDATION_BATCH, device="cuda",
+                 **host_and_device(m, bs.input_shape(m, Caps()), VALIDATION_BATCH, device=args.device,
                                    options=bs.MODEL_OPTIONS.get(m, {})))
-            for m in VALIDATED]
+            for m in args.models]
     table = pd.DataFrame(rows)
     table.to_csv(out / "gpu_host.csv", index=False)
     print(table.to_string(), flush=True)
 
 
-def profiles(out: Path) -> None:
+def profiles(out: Path, args: argparse.Namespace) -> None:
     from distsgd.profiling import measure
     folder = gpu_folder(out)
     for model, batch, shape in PAPER_PROFILES:
@@ -91,14 +95,14 @@ def profiles(out: Path) -> None:
               f"sum of layers / un-hooked {m.hook_ratio:.3f}; {time.perf_counter() - t:.1f} s", flush=True)
 
 
-def validation(out: Path) -> None:
+def validation(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
 
     from distsgd.timeline.validate import validate_gpu
     measured = {name: pd.read_csv(out / f"gpu_{name}.csv") for name in ("calls", "host")
                 if (out / f"gpu_{name}.csv").exists()}        # this run's steps 0 and 1, else measured now
-    table, bench, extra = validate_gpu(models=VALIDATED, batch_size=VALIDATION_BATCH, steps=16, warmup=8,
-                                       repeats=3, **measured)
+    table, bench, extra = validate_gpu(models=args.models, batch_size=VALIDATION_BATCH, steps=16, warmup=8,
+                                       repeats=3, device=args.device, **measured)
     table.to_csv(out / "gpu_validation.csv", index=False)
     bench.to_csv(out / "gpu_bench.csv", index=False)
     for model, profile in extra["profiles"].items():
@@ -108,7 +112,7 @@ def validation(out: Path) -> None:
     print("profiles' own references (un-hooked, hooked forward+backward s):", extra["references"], flush=True)
 
 
-def training(out: Path) -> None:
+def training(out: Path, args: argparse.Namespace) -> None:
     for algo in ("ssgd", "dear"):
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "distsgd", "train", "--algo", algo, "--backend", "nccl", "--device", "cuda",
@@ -129,13 +133,16 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="folder for the results")
     parser.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS),
                         help="which checks to run (default: all, in the order listed)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: the script's own check on the CPU (gloo), before device time is spent")
+    parser.add_argument("--models", nargs="+", default=VALIDATED, help="the models of `host` and `validation`")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     for step in (STEPS[name] for name in STEPS if name in args.steps):
         t = time.perf_counter()
         try:
-            step(out)
+            step(out, args)
         except Exception as e:         # keep going: each step's result is worth having alone
             import traceback
             traceback.print_exc()

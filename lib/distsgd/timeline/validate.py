@@ -247,7 +247,8 @@ def predict_gpu(bench: pd.DataFrame, profiles: dict[str, Profile], calls: pd.Dat
 
 def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: int = 32, steps: int = 32,
                  warmup: int = 8, repeats: int = 3, calls: pd.DataFrame | None = None,
-                 host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+                 host: pd.DataFrame | None = None, device: str = "cuda"
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The check on one GPU (issues 17 and 33): p = 1 on NCCL, no emulation. The per-call costs
     (`calls`: `overheads.measure_gpu_calls`) and each model's host and device time (`host`:
     `profiling.host_and_device`) are measured first unless given; each model's layer profile is
@@ -255,31 +256,32 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
     options, shape and batch); the benchmark times every case of `cases_for(1)` on one NCCL rank;
     the prediction is `predict_gpu`'s. Reported, not asserted. Returns (table, bench, {"profiles":
     {model: Profile}, "references": {model: (un-hooked, hooked forward + backward seconds of the
-    profile's own call)}, "calls": calls, "host": host})."""
+    profile's own call)}, "calls": calls, "host": host}). `device` "cpu" (gloo) runs the same steps
+    on the CPU, where host and device are one: the check of the check, not a GPU result."""
     import torch
 
     from ..profiling import host_and_device, measure
     from .overheads import measure_gpu_calls
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("validate_gpu needs a CUDA GPU")
     models, cases = list(models), cases_for(1)
     if calls is None:
-        calls = measure_gpu_calls()
+        calls = measure_gpu_calls(device=device)
     if host is None:
         host = pd.DataFrame([dict(model=m, batch_size=batch_size,
-                                  **host_and_device(m, bs.input_shape(m, Caps()), batch_size, device="cuda",
+                                  **host_and_device(m, bs.input_shape(m, Caps()), batch_size, device=device,
                                                     options=bs.MODEL_OPTIONS.get(m, {})))
                              for m in models])
     bench = bs.bench_schedules(models=models, cases=cases, nprocs=[1], networks={bs.REAL: None},
                                batch_size=batch_size, steps=steps, warmup=warmup, repeats=repeats,
-                               backend="nccl", caps=Caps())
+                               backend="nccl" if device == "cuda" else "gloo", caps=Caps())
     profiles, refs = {}, {}
     for m in models:
-        got = measure(m, bs.input_shape(m, Caps()), batch_size, device="cuda", reps=10, warmup=3,
+        got = measure(m, bs.input_shape(m, Caps()), batch_size, device=device, reps=10, warmup=3,
                       options=bs.MODEL_OPTIONS.get(m, {}))
         profiles[m], refs[m] = got.profile, (got.unhooked_s, got.hooked_s)
     table = predict_gpu(bench, profiles, calls, host, warmup, steps)
-    table["device"] = torch.cuda.get_device_name(0)
+    table["device"] = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     table["validated"] = False
     return table, bench, {"profiles": profiles, "references": refs, "calls": calls, "host": host}
 
