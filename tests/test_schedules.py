@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distsgd.algorithms.ps import server_layout
-from distsgd.algorithms.schedules import mgwfbp_merge, pipeline_finish
+from distsgd.algorithms.schedules import mgwfbp_greedy, mgwfbp_merge, pipeline_finish
 from gloo import run_ranks
 
 WORLD, STEPS = 3, 10
@@ -282,3 +282,43 @@ def test_a_case_model_is_the_model_seed_0_draws_and_leaves_the_generator_as_draw
         assert torch.equal(torch.rand(4), after_draw)
         assert drawn.keys() == copied.keys()
         assert all(torch.equal(drawn[k], copied[k]) for k in drawn)
+
+
+def test_mgwfbp_greedy_is_the_authors_rule_case_by_case():
+    """`mgwfbp_greedy` (HKBU-HPML/ddl-benchmarks' `_generate_groups_mgwfbp`), one rule at a time, on
+    tensors of 10^6 elements (4 MB) unless said otherwise, cost 1 s + 1e-6 s/B (alpha = 1 s):
+    - the next gradient ready before this all-reduce can start (queued behind another): merged;
+    - the next ready long (more than alpha) after this all-reduce started but before it ends: kept
+      apart;
+    - the same, ready less than alpha after the start: merged (waiting beats another start-up);
+    - the next ready after this all-reduce ends: kept apart, unless under 8192 elements."""
+    big = [4e6] * 2
+    n = [10**6] * 2
+    cost = lambda b: 1.0 + 1e-6 * b                                          # noqa: E731
+    assert mgwfbp_greedy([0.0, 0.5], big, n, cost) == [2]     # ready 0.5 s after the start: < alpha
+    assert mgwfbp_greedy([0.0, 2.0], big, n, cost) == [1, 1]  # started 2 s before: 2 > alpha
+    assert mgwfbp_greedy([0.0, 10.0], big, n, cost) == [1, 1]  # ready after the end (5 s)
+    assert mgwfbp_greedy([0.0, 10.0], [400.0, 4e6], [100, 10**6], cost) == [2]   # < 8192 elements
+    # tensor 1 (ready at 2 s, 2 s after tensor 0's all-reduce started: apart) waits for tensor 0's
+    # all-reduce until 5 s; tensor 2 is ready at 3 s, before that start: merged with tensor 1
+    assert mgwfbp_greedy([0.0, 2.0, 3.0], [4e6] * 3, [10**6] * 3, cost) == [1, 2]
+
+
+def test_mgwfbp_greedy_never_beats_the_optimum_and_agrees_on_the_extremes():
+    """The optimum (`mgwfbp_merge`) is at least as good as the greedy plan on random pipelines; at
+    the extremes both give WFBP (no start-up cost, compute-bound) or one group (start-up dominates)."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        k = rng.randint(3, 12)
+        ready = list(itertools.accumulate(rng.uniform(0.1, 2.0) for _ in range(k)))
+        numel = [rng.choice([100, 10**4, 10**5, 10**6]) for _ in range(k)]
+        sizes = [4.0 * e for e in numel]
+        alpha, beta = rng.choice([0.05, 0.5, 2.0]), rng.choice([1e-7, 1e-6, 5e-6])
+        cost = lambda b: alpha + beta * b                                  # noqa: E731
+        greedy = mgwfbp_greedy(ready, sizes, numel, cost)
+        assert sum(greedy) == k and all(g >= 1 for g in greedy)
+        assert (pipeline_finish(ready, sizes, mgwfbp_merge(ready, sizes, cost), cost)
+                <= pipeline_finish(ready, sizes, greedy, cost) + 1e-12)
+    ready, numel = [1.0, 2.0, 3.0, 4.0], [10**5] * 4
+    assert mgwfbp_greedy(ready, [4e5] * 4, numel, lambda b: 1e-7 * b) == [1, 1, 1, 1]
+    assert mgwfbp_greedy(ready, [4e5] * 4, numel, lambda b: 10.0 + 1e-7 * b) == [4]

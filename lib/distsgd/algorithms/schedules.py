@@ -13,11 +13,12 @@ only in *when* which gradients are all-reduced:
 - ``fusion``: tensor fusion with a size threshold (Horovod / PyTorch DDP): consecutive gradients
   are fused into buckets of at most `bucket_mb`, each launched when full (= ``ssgd``).
 - ``mgwfbp``: merged-gradient WFBP (Shi, Chu & Li, INFOCOM 2019): consecutive tensors are merged
-  into groups chosen to minimise the modeled finish time of the pipeline of backward computation
-  and all-reduces, from per-tensor gradient-ready times measured in the first `profile_steps`
-  steps and the alpha-beta all-reduce cost. [Reconstructed: the paper derives a greedy merge
-  rule; we minimise the same modeled finish time exactly by dynamic programming (`mgwfbp_merge`),
-  which is the optimum the rule approximates.]
+  into groups for the pipeline of backward computation and all-reduces, from per-tensor
+  gradient-ready times measured in the first `profile_steps` steps and the alpha-beta all-reduce
+  cost. ``merge="greedy"`` (default) is the authors' rule as their code applies it
+  (`mgwfbp_greedy`: HKBU-HPML/ddl-benchmarks, ``mgwfbp/hv_distributed_optimizer.py``,
+  ``_generate_groups_mgwfbp``); ``merge="optimal"`` minimises the same modeled finish time exactly by
+  dynamic programming (`mgwfbp_merge`), the optimum the rule approximates.
 
 The schedules with tensor partition + priority (ByteScheduler) and the parameter server are in
 `bytescheduler.py` and `ps.py`; DeAR is in `dear.py`.
@@ -106,14 +107,72 @@ def mgwfbp_merge(ready: list[float], sizes: list[float],
     return groups[::-1]
 
 
+def mgwfbp_greedy(ready: list[float], sizes: list[float], numel: list[int],
+                  cost: Callable[[float], float], small_numel: int = 8192) -> list[int]:
+    """Group sizes by the authors' greedy rule (HKBU-HPML/ddl-benchmarks, ``mgwfbp/
+    hv_distributed_optimizer.py``, ``_generate_groups_mgwfbp``; the paper's Algorithm 1 with one
+    addition of their code). Tensors in backward order: gradient ready at `ready[i]`, `sizes[i]`
+    bytes, `numel[i]` elements. With the pipeline's all-reduce starts
+    ``start[0] = ready[0]``, ``start[i] = max(start[i-1] + cost_i-1, ready[i])`` over the groups
+    merged so far (a merged tensor costs 0, its group the cost of all its bytes), each tensor i but
+    the last, in order, is merged into the group of tensor i + 1 when
+
+    - tensor i + 1 is ready less than one start-up time ``alpha = cost(0)`` after the all-reduce of i
+      can start, ``ready[i+1] < start[i] + alpha`` (waiting for it costs less than another
+      all-reduce's start-up). Their code tests this in two branches under ``ready[i+1] < start[i] +
+      cost_i`` (the all-reduce not started yet; started less than alpha before), which together are
+      this one condition because ``cost_i >= alpha``;
+    - or, whatever the times, its group holds fewer than `small_numel` elements (their code: 8192).
+
+    A tensor not merged closes its group; the last tensor ends the last group."""
+    n = len(ready)
+    alpha = cost(0.0)
+    merged = list(sizes)                      # bytes of each tensor's group so far (0: merged on)
+    elements = list(numel)
+    tc = [cost(b) for b in merged]
+
+    def starts() -> list[float]:
+        out = [ready[0]] * n
+        for i in range(1, n):
+            out[i] = max(out[i - 1] + tc[i - 1], ready[i])
+        return out
+
+    groups, current = [], 0
+    for i in range(n - 1):
+        current += 1
+        if ready[i + 1] < starts()[i] + alpha or elements[i] < small_numel:
+            merged[i + 1] += merged[i]
+            elements[i + 1] += elements[i]
+            merged[i], elements[i], tc[i] = 0.0, 0, 0.0
+            tc[i + 1] = cost(merged[i + 1])
+        else:
+            groups.append(current)
+            current = 0
+    if n:
+        groups.append(current + 1)
+    return groups
+
+
+MERGES = ("greedy", "optimal")
+
+
+def plan_merge(rule: str, ready: list[float], sizes: list[float], numel: list[int],
+               cost: Callable[[float], float]) -> list[int]:
+    """MG-WFBP's groups by `rule` (`MERGES`): the authors' `mgwfbp_greedy` or the `mgwfbp_merge` optimum."""
+    return mgwfbp_greedy(ready, sizes, numel, cost) if rule == "greedy" else mgwfbp_merge(ready, sizes, cost)
+
+
 @register
 class MGWFBP(BucketedAllReduce):
     name = "mgwfbp"
     summary = "merged-gradient WFBP: merge consecutive tensors to minimise the modeled finish time"
     params = (Param("profile_steps", 3, "steps of per-tensor all-reduce whose gradient-ready times "
-                    "are measured (the first is warm-up) before merging", lambda v: v >= 2, "an integer >= 2"),)
+                    "are measured (the first is warm-up) before merging", lambda v: v >= 2, "an integer >= 2"),
+              Param("merge", "greedy", "the merge rule: greedy (the authors' code) or optimal (dynamic "
+                    "programming over the same modeled finish time)", lambda v: v in MERGES, " or ".join(MERGES)))
 
     profile_steps: int
+    merge: str
 
     state_fields = ("ready_times", "groups")
     ready_times: list[dict[int, float]]     # per profiled step: backward position -> gradient-ready time
@@ -133,7 +192,7 @@ class MGWFBP(BucketedAllReduce):
         if self.profiling:
             self.ready_times.append({})
         elif step == self.profile_steps:
-            self.set_buckets(group_sizes(self.backward_order, self.merge()))
+            self.set_buckets(group_sizes(self.backward_order, self.merge_plan()))
 
     def _grad_ready(self, p: torch.nn.Parameter) -> None:
         if self.profiling:
@@ -145,16 +204,18 @@ class MGWFBP(BucketedAllReduce):
         if self.groups:                         # merged before the checkpoint
             self.set_buckets(group_sizes(self.backward_order, self.groups))
 
-    def merge(self) -> list[int]:
-        """The merge plan from the profiled steps after the first (gradient-ready times relative
-        to the first gradient of the step, averaged over steps and ranks so all ranks agree)."""
+    def merge_plan(self) -> list[int]:
+        """The merge plan (`merge`: `mgwfbp_greedy` or `mgwfbp_merge`) from the profiled steps after
+        the first (gradient-ready times relative to the first gradient of the step, averaged over
+        steps and ranks so all ranks agree)."""
         rel = []
         for times in self.ready_times[1:]:
             t0 = min(times.values())
             rel.append([times.get(i, t0) - t0 for i in range(len(self.backward_order))])
         ready = self.comm.reduce_uncounted(torch.tensor(rel, dtype=torch.float64).mean(0), op="avg").tolist()
         sizes = [p.numel() * p.element_size() for p in self.backward_order]
-        self.groups = mgwfbp_merge(ready, sizes, self.allreduce_cost())
+        self.groups = plan_merge(self.merge, ready, sizes, [p.numel() for p in self.backward_order],
+                                 self.allreduce_cost())
         return self.groups
 
     def allreduce_cost(self) -> Callable[[float], float]:

@@ -7,7 +7,7 @@ issues which collective of how many bytes, and what the compute stream waits for
     per layer in backward order: its backward_s, then grad_ready(t) for each of its tensors;
     after_backward; optimizer_step; after_step
 
-Every schedule reuses its algorithm's planner (`buckets.group_counts`, `schedules.mgwfbp_merge`,
+Every schedule reuses its algorithm's planner (`buckets.group_counts`, `schedules.plan_merge`,
 `ps.server_assignment`, `dear.fusion_counts`, torch DDP's own bucket assignment) and issues the
 collectives the algorithm issues, in the same order, with the same sizes:
 
@@ -62,7 +62,7 @@ import torch.distributed as dist
 from ..algorithms.buckets import group_counts
 from ..algorithms.dear import fusion_counts
 from ..algorithms.ps import server_assignment
-from ..algorithms.schedules import mgwfbp_merge
+from ..algorithms.schedules import plan_merge
 from ..errors import ConfigError
 from ..layer_profile import Profile
 from .streams import Rank
@@ -232,16 +232,17 @@ class WFBP(Bucketed):
 
 class MGWFBP(Bucketed):
     algo = "mgwfbp"
+    merge: str
 
     def plan(self) -> list[int]:
-        """`mgwfbp_merge` on the profile's gradient-ready times (relative to the first gradient)
-        and the all-reduce cost of the world's link."""
+        """The algorithm's merge rule (`plan_merge`, param `merge`) on the profile's gradient-ready
+        times (relative to the first gradient) and the all-reduce cost of the world's link."""
         done = list(itertools.accumulate(layer.backward_s for layer in self.layers))
         ready = [done[i] for i in self.tensor_layer]
         first = ready[0] if ready else 0.0
         topo, p, link = self.rank.topology, self.p, self.link
-        return mgwfbp_merge([x - first for x in ready], self.tensor_bytes,
-                            lambda n: topo.cost(link, "all_reduce", int(n), p))
+        return plan_merge(self.merge, [x - first for x in ready], self.tensor_bytes, self.tensor_numel,
+                          lambda n: topo.cost(link, "all_reduce", int(n), p))
 
 
 class DDP(Bucketed):
