@@ -8,6 +8,10 @@
    benchmark's rows -> OUT/gpu_bench.csv; the profiles it measured -> OUT/profiles/<GPU>/.
 3. Training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
    S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
+4. DropIT's memory at the paper's setting (`memory.paper_scale.dropit_memory_table` on "cuda"): one
+   training step per row, the saved-for-backward bytes and the allocator's peak, beside the count on
+   fake tensors made without a GPU (column ``fake_count_equal``) -> OUT/dropit_memory_gpu.csv, which
+   notebook 03 shows as figures/03_dropit/paper_scale_memory_gpu.csv. About 30 s on an H200.
 
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT
 """
@@ -81,10 +85,20 @@ def training(out: Path) -> None:
                 {"rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
 
 
+def dropit_memory(out: Path) -> None:
+    from distsgd.memory.paper_scale import dropit_memory_table
+    measured = dropit_memory_table("cuda", fake=False)
+    counted = dropit_memory_table("cuda", fake=True)
+    measured["fake_count_equal"] = ((measured.saved_bytes == counted.saved_bytes)
+                                    & (measured.layer_bytes == counted.layer_bytes))
+    measured.to_csv(out / "dropit_memory_gpu.csv", index=False)
+    print(measured.to_string(index=False), flush=True)
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for step in (profiles, validation, training):
+    for step in (profiles, validation, training, dropit_memory):
         t = time.perf_counter()
         try:
             step(out)

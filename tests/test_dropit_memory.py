@@ -1,9 +1,15 @@
 """DropIT's memory (lib/distsgd/memory): the mixed-precision path of its layers, the saved bytes
 counted in the dtype autograd keeps, the count on fake tensors against a real run, and the table of
-the paper's setting, on CPU (the CUDA path of the same code runs in reproduce/gpu_check.py)."""
+the paper's setting with its script, on CPU (the CUDA path of the same code runs in
+reproduce/gpu_check.py)."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +19,7 @@ from distsgd.memory import SavedTensorMeter, dropit, kept_count
 from distsgd.memory.measure import autocast
 from distsgd.memory.paper_scale import dropit_memory_table, fraction_freed
 
+ROOT = Path(__file__).resolve().parents[1]
 HALF = (torch.bfloat16, torch.float16)
 LAYERS = [
     (lambda: nn.Linear(13, 6), (7, 13)),
@@ -109,6 +116,19 @@ def test_count_on_fake_tensors_equals_a_real_training_step():
     assert (layers["dropit min-k gamma 0.9"] < layers["baseline"]).all()
     freed = fraction_freed(real)
     assert len(freed) == 4 and freed["fraction freed"].between(-1, 1).all()
+
+
+def test_script_writes_the_table(tmp_path):
+    done = subprocess.run([sys.executable, "reproduce/dropit_memory.py", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT / "lib"), "CUDA_VISIBLE_DEVICES": "",
+                               "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(tmp_path / "dropit_memory.csv")
+    assert table.model.tolist() == ["vit_tiny"] * 4 + ["resnet18"] * 4
+    assert table.batch.tolist() == [512] * 4 + [256] * 4 and set(table.input) == {"3x224x224"}
+    assert set(table.device) == {"cuda rules on fake tensors (no kernel run)"}
+    assert (table.saved_bytes > table.layer_bytes).all() and table.cuda_peak_bytes.isna().all()
 
 
 @pytest.mark.parametrize("fake", (False, True), ids=["real", "fake"])
