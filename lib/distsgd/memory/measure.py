@@ -9,9 +9,9 @@ arXiv 2202.13808, report peak GPU memory):
   bf16 autocast). These are exactly the tensors held from the end of forward until backward uses
   them. A tensor counts once however many ops save it, also as a view of the same memory and shape
   (a ReLU output that the next Linear saves after a flatten). Parameters do not count: tensors in a
-  model parameter's memory (a transposed weight) are held anyway, and a tensor computed from one
-  parameter alone (autocast's fp16 copy of a weight, which ``addmm`` saves transposed) is parameter
-  memory in another dtype, 2 bytes per weight whatever the batch. A view counts by its own size,
+  model parameter's memory (a transposed weight) are held anyway, and a tensor of a parameter's
+  shape computed from it alone (autocast's fp16 copy of a weight, which ``addmm`` saves transposed)
+  is parameter memory in another dtype, 2 bytes per weight whatever the batch. A view counts by its own size,
   not its storage's: a batch sliced from a data set in memory holds the batch, not the data set.
   Each tensor is also attributed to every leaf module during whose forward it was saved, so the
   bytes a layer holds can be read per layer; tensors saved outside any leaf module (functional ops
@@ -97,21 +97,16 @@ class SavedTensorMeter:
     def _leaving(self, module: nn.Module, args: tuple, output: object) -> None:
         self._active.pop()
 
-    def _of_one_parameter(self, t: Tensor) -> bool:
-        """Whether `t`'s autograd history is a chain of one-input ops (cast, transpose, view) from
-        one of the model's parameters."""
-        node = t.grad_fn
-        while node is not None:
-            inputs = [n for n, _ in node.next_functions if n is not None]
-            if len(inputs) != 1:
-                return False
-            node = inputs[0]
-            if hasattr(node, "variable"):                          # AccumulateGrad: a leaf
-                return id(node.variable) in self._parameter_ids
-        return False
+    def _parameter_copy(self, t: Tensor) -> bool:
+        """Whether `t` is (a view of) a tensor of a parameter's shape computed from that parameter
+        alone: autocast's copy of a weight in the autocast dtype."""
+        base = t if t._base is None else t._base
+        inputs = [n for n, _ in base.grad_fn.next_functions if n is not None] if base.grad_fn else []
+        leaf = getattr(inputs[0], "variable", None) if len(inputs) == 1 else None   # AccumulateGrad
+        return leaf is not None and id(leaf) in self._parameter_ids and base.shape == leaf.shape
 
     def _pack(self, t: Tensor) -> Tensor:
-        if _storage(t) not in self._parameters and not self._of_one_parameter(t):
+        if _storage(t) not in self._parameters and not self._parameter_copy(t):
             key = _memory_key(t)
             self.saved.add(key)
             self.by_module[self._active[-1] if self._active else ""].add(key)

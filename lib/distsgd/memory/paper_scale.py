@@ -98,10 +98,18 @@ def dropit_memory_table(device: str | torch.device = "cuda", fake: bool = True,
     return pd.DataFrame(rows)
 
 
-def fraction_freed(table: pd.DataFrame, column: str = "saved_bytes") -> pd.DataFrame:
-    """Per model and precision, the fraction of the baseline's `column` that DropIT frees
-    (1 - DropIT / baseline): the quantity of the notebook's ``memory_overall_*`` claims."""
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model, batch, input and precision of a `dropit_memory_table`: the baseline's and DropIT's
+    saved bytes (GiB) and the fraction of the baseline's bytes DropIT frees (1 - DropIT / baseline;
+    negative: DropIT keeps more), of all saved bytes (the notebook's ``memory_*`` claims), of the
+    Linear and Conv2d layers' and, where measured on CUDA, of the training step's peak."""
     keys = ["model", "batch", "input", "precision"]
-    base = table[table.method == "baseline"].set_index(keys)[column]
-    dropped = table[table.method != "baseline"].set_index(keys)[column]
-    return (1 - dropped / base).rename("fraction freed").reset_index()
+    base = table[table.method == "baseline"].set_index(keys)
+    dropped = table[table.method != "baseline"].set_index(keys)
+    out = pd.DataFrame({"baseline saved (GiB)": base.saved_bytes / 2**30,
+                        "DropIT saved (GiB)": dropped.saved_bytes / 2**30,
+                        "saved bytes freed": 1 - dropped.saved_bytes / base.saved_bytes,
+                        "layer bytes freed": 1 - dropped.layer_bytes / base.layer_bytes})
+    if table.cuda_peak_bytes.notna().any():
+        out["CUDA peak freed"] = 1 - dropped.cuda_peak_bytes / base.cuda_peak_bytes
+    return out.reset_index()
