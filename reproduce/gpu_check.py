@@ -16,6 +16,10 @@ Steps (all by default; `--steps` picks some, in this order):
    benchmark's rows -> OUT/gpu_bench.csv; the profiles it measured -> OUT/profiles/<GPU>/.
 4. `training`: training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
    S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
+5. `dropit_memory`: DropIT's memory at the paper's setting (`memory.paper_scale.dropit_memory_table` on
+   "cuda"): one training step per row, the saved-for-backward bytes and the allocator's peak, beside the
+   count on fake tensors made without a GPU (column ``fake_count_equal``) -> OUT/dropit_memory_gpu.csv,
+   which notebook 03 shows as figures/03_dropit/paper_scale_memory_gpu.csv. About 30 s on an H200.
 
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
 `--device cpu --models mlp` runs steps 0, 1 and 3 on the CPU (gloo): the script's own check before
@@ -125,7 +129,17 @@ def training(out: Path, args: argparse.Namespace) -> None:
                 {"rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}))
 
 
-STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training)}
+def dropit_memory(out: Path, args: argparse.Namespace) -> None:
+    from distsgd.memory.paper_scale import dropit_memory_table
+    measured = dropit_memory_table(args.device, fake=False)
+    counted = dropit_memory_table(args.device, fake=True)
+    measured["fake_count_equal"] = ((measured.saved_bytes == counted.saved_bytes)
+                                    & (measured.layer_bytes == counted.layer_bytes))
+    measured.to_csv(out / "dropit_memory_gpu.csv", index=False)
+    print(measured.to_string(index=False), flush=True)
+
+
+STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training, dropit_memory)}
 
 
 def main() -> int:

@@ -14,6 +14,17 @@ Only the weight gradient is approximate. Each gradient is computed by the same A
 same operand layout, that PyTorch's own backward of ``F.linear`` (addmm) and ``F.conv2d``
 (convolution_backward) makes, so with nothing dropped (γ = 0) every gradient is bit-identical to the
 unmodified layer's, and for any γ the input and bias gradients are.
+
+Mixed precision (the authors' AMP path: their DeiT trains under fp16 autocast, and their autograd
+functions are ``custom_fwd(cast_inputs=torch.float16)``): under autocast for the input's device type
+(`compute_dtype`) the layer computes in the autocast dtype, as autocast computes ``F.linear`` and
+``F.conv2d``: the input, weight and bias are cast to it, so the kept values are saved in it (2 bytes
+each in fp16 or bf16, beside 4-byte int32 positions), and both passes run with autocast off on
+those explicit dtypes. The weight is saved as the parameter itself and cast again in backward (the
+authors save their fp16 copy of it; the parameter is held anyway, the copy would add 2 bytes per
+weight until backward). The gradients are computed in the autocast dtype, as autocast's backward
+computes them, and autograd casts each to the dtype of the input it belongs to (the parameters'
+fp32), as it does after autocast's own casts.
 """
 from __future__ import annotations
 
@@ -26,31 +37,46 @@ from torch import Tensor
 from .selection import drop, recover
 
 
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a DropIT layer computes and saves in: the autocast dtype of `x`'s device type when
+    autocast is on for it (``torch.is_autocast_enabled``), else `x`'s own."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
+def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    return None if t is None else t.to(dtype)
+
+
 class DropITLinearFunction(torch.autograd.Function):
     """``F.linear(x, weight, bias)`` that saves only the kept entries of ``x`` for backward."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, gamma: float,
                 strategy: str) -> Tensor:
-        values, positions = drop(x, gamma, strategy)
-        ctx.save_for_backward(values, positions, weight)
-        ctx.x_shape = x.shape
-        ctx.has_bias = bias is not None
-        return F.linear(x, weight, bias)
+        dtype = compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.to(dtype)
+            values, positions = drop(x, gamma, strategy)
+            ctx.save_for_backward(values, positions, weight)
+            ctx.x_shape = x.shape
+            ctx.has_bias = bias is not None
+            return F.linear(x, weight.to(dtype), _cast(bias, dtype))
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
         values, positions, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_2d = grad_y.reshape(-1, grad_y.shape[-1])           # [samples, out_features]
         grad_x = grad_w = grad_b = None
-        if need_x:
-            grad_x = grad_2d.mm(weight).view(ctx.x_shape)
-        if need_w:
-            x_hat = recover(values, positions, ctx.x_shape).reshape(-1, weight.shape[1])
-            grad_w = grad_2d.t().mm(x_hat)
-        if need_b and ctx.has_bias:
-            grad_b = grad_2d.sum(0)
+        with torch.autocast(grad_y.device.type, enabled=False):
+            grad_2d = grad_y.reshape(-1, grad_y.shape[-1])       # [samples, out_features]
+            if need_x:
+                grad_x = grad_2d.mm(weight.to(grad_y.dtype)).view(ctx.x_shape)
+            if need_w:
+                x_hat = recover(values, positions, ctx.x_shape).reshape(-1, weight.shape[1])
+                grad_w = grad_2d.t().mm(x_hat)
+            if need_b and ctx.has_bias:
+                grad_b = grad_2d.sum(0)
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -62,20 +88,25 @@ class DropITConv2dFunction(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None,
                 stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
                 groups: int, gamma: float, strategy: str) -> Tensor:
-        values, positions = drop(x, gamma, strategy)
-        ctx.save_for_backward(values, positions, weight)
-        ctx.x_shape = x.shape
-        ctx.conv = (stride, padding, dilation, groups)
-        ctx.bias_sizes = None if bias is None else list(bias.shape)
-        return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        dtype = compute_dtype(x)
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.to(dtype)
+            values, positions = drop(x, gamma, strategy)
+            ctx.save_for_backward(values, positions, weight)
+            ctx.x_shape = x.shape
+            ctx.conv = (stride, padding, dilation, groups)
+            ctx.bias_sizes = None if bias is None else list(bias.shape)
+            return F.conv2d(x, weight.to(dtype), _cast(bias, dtype), stride, padding, dilation, groups)
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
         values, positions, weight = ctx.saved_tensors
         stride, padding, dilation, groups = ctx.conv
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        x_hat = recover(values, positions, ctx.x_shape)
-        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
-            grad_y, x_hat, weight, ctx.bias_sizes, list(stride), list(padding), list(dilation),
-            False, [0, 0], groups, [need_x, need_w, need_b and ctx.bias_sizes is not None])
+        with torch.autocast(grad_y.device.type, enabled=False):
+            x_hat = recover(values, positions, ctx.x_shape)
+            grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+                grad_y, x_hat, weight.to(grad_y.dtype), ctx.bias_sizes, list(stride), list(padding),
+                list(dilation), False, [0, 0], groups,
+                [need_x, need_w, need_b and ctx.bias_sizes is not None])
         return grad_x, grad_w, grad_b, None, None, None, None, None, None
