@@ -211,12 +211,16 @@ def count_activation_memory(model: nn.Module, x_shape: tuple[int, ...],
                             autocast_dtype: torch.dtype | None = None) -> ActivationMemory:
     """The bytes one forward pass of `model` on a batch of shape `x_shape` (float inputs, class
     targets: their values change nothing saved) saves for backward on `device`, counted on fake
-    tensors (under autocast in `autocast_dtype`, if given): no kernel
-    runs and no memory is allocated (module doc); `model` is left as it is (a copy is counted).
-    Equal to `measure_activation_memory`'s count on a real run with the same kernel choices
-    (tests/test_dropit_memory.py); ``cuda_peak_bytes`` is None."""
+    tensors (under autocast in `autocast_dtype`, if given): no kernel runs and no memory is
+    allocated (module doc); `model` is left as it is (a copy is counted). Equal to
+    `measure_activation_memory`'s count of a real step with the same kernel choices, on CPU to the
+    byte but for one op (tests/test_dropit_memory.py): under CPU autocast PyTorch's fake batch norm
+    gives its two saved statistics the input's dtype where the CPU kernel keeps fp32, 2 bytes less
+    per channel each. ``cuda_peak_bytes`` is None."""
     fake = copy.deepcopy(model)
     with FakeTensorMode() as mode:
+        # the tensors are replaced in the modules' dicts: Module.to() swaps them in place, which a
+        # fake tensor refuses
         for module in fake.modules():
             for name, p in module._parameters.items():
                 if p is not None:
