@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import pandas as pd
 import torch
@@ -181,12 +181,24 @@ class Case:
     net_name: str = ""
 
 
+class Timed(NamedTuple):
+    """A timed case: seconds per iteration of the timed window until the device is done (`step_s`,
+    the slowest rank's mean), and the host's seconds to issue the last warm-up step, started on an
+    idle device (`host_s`, the slowest rank's; NaN without warm-up; on the CPU, that step's time): a
+    GPU's launch queue lets the host run only about one step ahead, so a window's host time says
+    little."""
+
+    step_s: float
+    host_s: float
+
+
 def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, warmup: int,
               shape: tuple[int, ...] | None = None, device: torch.device = torch.device("cpu"),
-              depth: int = 0) -> float:
-    """Seconds per iteration of `case` on this group of ranks (the slowest rank's mean), on inputs
-    of `shape` (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read
-    after `torch.cuda.synchronize`), the model's repeated blocks cut to `depth` (`bench_model`)."""
+              depth: int = 0) -> Timed:
+    """Seconds per iteration of `case` on this group of ranks (`Timed`), on inputs of `shape`
+    (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read after
+    `torch.cuda.synchronize`, and before it for the host's share), the model's repeated blocks cut
+    to `depth` (`bench_model`)."""
     from .algorithms import Algorithm, create
     from .comm import Comm, parse_net
     from .config import Config
@@ -202,16 +214,20 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
     batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model), device=device)
     net.train()
     try:
-        train_steps(algo, optimizer, net, F.cross_entropy, batches, 0, warmup)
+        train_steps(algo, optimizer, net, F.cross_entropy, batches, 0, max(warmup - 1, 0))
+        _synchronize(device)
+        t0 = time.perf_counter()
+        train_steps(algo, optimizer, net, F.cross_entropy, batches, warmup - 1, min(warmup, 1))
+        host = time.perf_counter() - t0 if warmup else float("nan")
         _synchronize(device)
         comm.barrier()
         t0 = time.perf_counter()
         train_steps(algo, optimizer, net, F.cross_entropy, batches, warmup, steps)
         algo.finalize()
         _synchronize(device)
-        elapsed = torch.tensor((time.perf_counter() - t0) / steps, dtype=torch.float64, device=device)
+        elapsed = torch.tensor([(time.perf_counter() - t0) / steps, host], dtype=torch.float64, device=device)
         comm.assert_drained()
-        return comm.reduce_uncounted(elapsed, op="max").item()
+        return Timed(*comm.reduce_uncounted(elapsed, op="max").tolist())
     finally:
         algo.close()                        # the next case's model must not add to this one's
 
@@ -261,11 +277,11 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     bookkeeping = Comm(rank, world, device)
 
-    def timed(case: Case, extra_warmup: int = 0) -> float:
+    def timed(case: Case, extra_warmup: int = 0) -> Timed:
         return time_case(case, rank, world, batch_size, steps, warmup + extra_warmup, shapes[case.model], device,
                          depth)
 
-    compute = {m: statistics.median(timed(Case(m, "compute")) for _ in range(2))
+    compute = {m: statistics.median(timed(Case(m, "compute")).step_s for _ in range(2))
                for m in {*models, net_reference or models[0]}}
     nets: dict[tuple[str, str], str] = {}
     for model in models:
@@ -281,13 +297,14 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
         for case in order:
             extra = next((c.get("warmup", 0) for c in cases
                           if c["algo"] == case.algo and c.get("params", {}) == case.params), 0)
-            t = timed(case, extra)
+            t, host = timed(case, extra)
             rss = bookkeeping.reduce_uncounted(torch.tensor(peak_rss_mb(), dtype=torch.float64, device=device),
                                                op="max").item()
             if rank == 0:
                 append_row(out, dict(
                     model=case.model, label=case.label, algo=case.algo, params=str(case.params), nproc=world,
-                    net_name=case.net_name, net=case.net, repeat=r, step_s=t, grad_bytes=grad_bytes(case.model, depth),
+                    net_name=case.net_name, net=case.net, repeat=r, step_s=t, host_s=host,
+                    grad_bytes=grad_bytes(case.model, depth),
                     throughput=world * batch_size / t, batch_size=batch_size, backend=backend, peak_rss_mb=rss))
 
 
@@ -330,7 +347,7 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). A network is
     (comm_ratio, latency_ratio) scaled by `scaled_net`, or None: no emulation (`REAL`). Writes to
     the CSV `out` (a temporary file if None) one tidy row per measurement as it is measured: model,
-    label, algo, params, nproc, net_name, net, repeat, step_s, grad_bytes, throughput (samples/s
+    label, algo, params, nproc, net_name, net, repeat, step_s, host_s (`Timed`), grad_bytes, throughput (samples/s
     over all ranks), batch_size, backend, peak_rss_mb (the largest peak resident memory of any rank
     so far, MiB); an interrupted benchmark leaves these. Once every case ran, the file is rewritten
     with compute_s (median compute-only step time of that model and p) and efficiency
@@ -512,7 +529,7 @@ def _time_hook(rank: int, model_name: str, pending: bool, net: str, ratio: float
 def _hook_overlap_group(rank: int, world: int, model: str, ratio: float, comm_ratio: float,
                         latency_ratio: float, batch_size: int, steps: int, warmup: int,
                         repeats: int) -> list[dict]:
-    compute = statistics.median(time_case(Case(model, "compute"), rank, world, batch_size, steps, warmup)
+    compute = statistics.median(time_case(Case(model, "compute"), rank, world, batch_size, steps, warmup).step_s
                                 for _ in range(2))
     # the network on which the all-gather of the top-k payloads, (p-1) x its bytes per rank, takes
     # comm_ratio x compute: the all-reduce of p/2 x the payload has that bandwidth term
