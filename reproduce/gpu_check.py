@@ -74,6 +74,7 @@ def calls(out: Path, args: argparse.Namespace) -> None:
 
 def host(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
+    import torch
 
     from distsgd import bench_schedules as bs
     from distsgd.caps import Caps
@@ -82,7 +83,7 @@ def host(out: Path, args: argparse.Namespace) -> None:
                  **host_and_device(m, bs.input_shape(m, Caps()), VALIDATION_BATCH, device=args.device,
                                    options=bs.MODEL_OPTIONS.get(m, {})))
             for m in args.models]
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows).assign(device=torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu")
     table.to_csv(out / "gpu_host.csv", index=False)
     print(table.to_string(), flush=True)
 

@@ -3,6 +3,7 @@ the knob on, the knob off giving exactly the plain predictions, and the measurem
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from distsgd.timeline import ALGORITHMS, simulate
 from distsgd.timeline.overheads import NONE, Overheads, out_bytes
 
 from test_timeline import FREE as FREE_NET
-from test_timeline import MB, NET, TOY, ar
+from test_timeline import MB, NET, TOY, ar, profile
 
 KNOB = Overheads(issue_s=50e-6, copy_Bps=2e9)
 
@@ -208,7 +209,7 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     calls; host_share the host's forward + backward + update over the device's step."""
     import pandas as pd
 
-    from distsgd.timeline.validate import gpu_overheads
+    from distsgd.timeline.overheads import gpu_overheads
     calls = pd.DataFrame([dict(path="distsgd.Comm", calls=1, issue_s=9.0),
                           dict(path="distsgd.Comm", calls=8, issue_s=1.0),
                           dict(path="distsgd.Comm", calls=64, issue_s=2.0),
@@ -234,3 +235,31 @@ def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
     host = host_and_device("mlp", (64,), 8, device="cpu", reps=3, warmup=1)
     assert host["device_s"] == host["step_s"] > 0 and host["host_layerwise_update_s"] > 0
     assert all(0 < host[f"host_{phase}_s"] <= host["step_s"] for phase in ("forward", "backward", "update"))
+
+
+def test_simulate_charges_the_committed_gpu_costs_on_a_gpu_profile() -> None:
+    """`for_profile`: nothing on a CPU profile; on a projected GPU profile the committed per-call cost
+    with the host kept ahead (share 0); on a profile measured with CUDA where the GPU check measured
+    that model and batch, its host share too. `simulate` without `overheads` charges exactly that."""
+    import dataclasses
+
+    import pandas as pd
+
+    from distsgd.paths import repo_root
+    from distsgd.timeline.overheads import GPU_CALLS, GPU_HOST, for_profile, gpu_overheads
+    root = repo_root(Path(__file__).parent)
+    calls, host = pd.read_csv(root / GPU_CALLS), pd.read_csv(root / GPU_HOST)
+    assert for_profile(TOY) is NONE
+    v100 = dataclasses.replace(TOY, device="V100-fp32")
+    assert for_profile(v100) == gpu_overheads(calls, None) and for_profile(v100).host_share == 0.0
+    row = host.iloc[0]
+    measured = dataclasses.replace(TOY, device="cuda", model=row.model, batch_size=int(row.batch_size))
+    ov = for_profile(measured)
+    assert ov.gpu and ov.host_share == pytest.approx(
+        (row.host_forward_s + row.host_backward_s + row.host_update_s) / row.device_s) and ov.host_share > 0
+    assert 1e-6 < ov.issue_s < 1e-3
+    # 250 tiny tensors, 15 us of compute, a free network: the host's issue costs set the step
+    tiny = profile([[10] * 50] * 5, forward=1e-6, backward=1e-6, update=1e-6)
+    slow = dataclasses.replace(tiny, device="cuda", model=row.model, batch_size=int(row.batch_size))
+    assert simulate(slow, "wfbp", 2, FREE_NET).step_s == simulate(slow, "wfbp", 2, FREE_NET, overheads=ov).step_s
+    assert simulate(slow, "wfbp", 2, FREE_NET).step_s > 100 * simulate(slow, "wfbp", 2, FREE_NET, overheads=NONE).step_s

@@ -59,13 +59,19 @@ day SSD-SGD's rule itself became in place (`SSDSGD._local_rule`): (d) fell from 
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ..comm.netmodel import NetModel
+
+if TYPE_CHECKING:
+    from ..layer_profile import Profile
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,43 @@ class Overheads:
 
 
 NONE = Overheads()
+
+# The GPU check's committed measurements (reproduce/gpu_check.py; reproduce/validation/README.md)
+GPU_CALLS = Path("reproduce") / "validation" / "gpu_calls.csv"
+GPU_HOST = Path("reproduce") / "validation" / "gpu_host.csv"
+
+
+def gpu_overheads(calls: pd.DataFrame, host: dict[str, float] | pd.Series | None) -> Overheads:
+    """The GPU host's costs ((e)) from the GPU check's measurements: `issue_s` the median host issue
+    time per collective through the kit's `Comm` over every size of `measure_gpu_calls`' rounds of 8
+    or more calls (one call alone also pays the first launch's set-up); `host_share` the host's time
+    to issue a step's forward, backward and update over the device's own time for it
+    (`profiling.host_and_device`), or 0 without `host` (the host keeps ahead of the device)."""
+    steady = calls[(calls.path == "distsgd.Comm") & (calls.calls >= 8)]
+    share = 0.0
+    if host is not None:
+        share = float((host["host_forward_s"] + host["host_backward_s"] + host["host_update_s"]) / host["device_s"])
+    return Overheads(issue_s=float(steady.issue_s.median()), host_share=share)
+
+
+@functools.lru_cache(maxsize=None)
+def _committed(name: Path) -> pd.DataFrame:
+    from ..paths import repo_root
+    return pd.read_csv(repo_root(Path(__file__).parent) / name)
+
+
+def for_profile(profile: "Profile") -> Overheads:
+    """What `simulate` charges when not told: nothing on a CPU profile (a CPU's costs are measured on
+    the machine that validates, `measure()`), and on a GPU profile (measured with CUDA, or projected
+    to a GPU) the GPU host's costs ((e), `gpu_overheads`) from the committed GPU check (`GPU_CALLS`,
+    `GPU_HOST`): the per-call cost, and the host's share of that model and batch where the check
+    measured it, else 0: a FLOP-scaled profile is calibrated to a whole published iteration, in which
+    the host kept ahead."""
+    if profile.device == "cpu":
+        return NONE
+    host = _committed(GPU_HOST)
+    row = host[(host.model == profile.model) & (host.batch_size == profile.batch_size)]
+    return gpu_overheads(_committed(GPU_CALLS), row.iloc[0] if profile.device == "cuda" and len(row) else None)
 
 
 def out_bytes(kind: str, nbytes: int, p: int) -> float:

@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..layer_profile import Profile
 from .effects import OFF, Effects
 from .local import LOCAL_UPDATES
-from .overheads import NONE, Overheads
+from .overheads import Overheads, for_profile
 from .schedules import SCHEDULES
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
@@ -96,9 +96,9 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
              effects: Effects | None = None) -> Prediction:
     """Steady-state step of `algo` (with `params`, the algorithm's `Param`s; defaults filled in)
     on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`.
-    `overheads` (`timeline.overheads.Overheads`; default None: none, the profile's times only)
-    charges per-collective issue costs and copy passes on the compute stream, by one rule for
-    every schedule; they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
+    `overheads` (`timeline.overheads.Overheads`; default None: `overheads.for_profile`, none on a
+    CPU profile, the committed GPU host's costs on a GPU profile) charges per-collective issue costs
+    and copy passes, by one rule for every schedule; on the compute stream they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
     None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
     (the slowed compute counts in `compute_s`). DeAR with tune=true: see `tuned`."""
     if algo not in ALGORITHMS:
@@ -110,7 +110,7 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     label = label or str(net if topology is None else topology)
     if algo == DeAR.name and resolved["tune"]:
         return tuned(profile, nproc, topo, resolved, label, overheads, effects)
-    rank = Rank(topo, nproc, overheads or NONE, effects or OFF)
+    rank = Rank(topo, nproc, overheads if overheads is not None else for_profile(profile), effects or OFF)
     schedule = ALGORITHMS[algo](profile, rank, resolved)
     cycle = schedule.cycle
     warmup = cycle * max(2, -(-2 // cycle))

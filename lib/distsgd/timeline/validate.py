@@ -43,7 +43,7 @@ from ..caps import Caps
 from ..comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ..paths import repo_root
-from .overheads import NONE, Overheads, measure
+from .overheads import NONE, Overheads, for_profile, gpu_overheads, measure
 from .simulate import simulate
 from .sweep import PROFILE_DIR
 from .topology import Topology
@@ -100,7 +100,7 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
     from ..algorithms.registry import REGISTRY
     from .simulate import ALGORITHMS, resolve_network
     from .streams import Rank
-    rank = Rank(resolve_network(net, None), nproc, overheads or NONE)
+    rank = Rank(resolve_network(net, None), nproc, overheads if overheads is not None else for_profile(profile))
     schedule = ALGORITHMS[algo](profile, rank, REGISTRY[algo].resolve_params(dict(params or {})))
     for step in range(warmup):
         schedule.iteration(step)
@@ -193,17 +193,6 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     return table, bench, headroom
 
 
-def gpu_overheads(calls: pd.DataFrame, host: dict[str, float] | pd.Series) -> Overheads:
-    """The GPU host's costs (`timeline.overheads`, (e)) from the GPU check's measurements: `issue_s`
-    the median host issue time per collective through the kit's `Comm` over every size of
-    `measure_gpu_calls`' rounds of 8 or more calls (one call alone also pays the first launch's
-    set-up); `host_share` the host's time to issue a step's forward, backward and update over the
-    device's own time for it (`profiling.host_and_device`)."""
-    steady = calls[(calls.path == "distsgd.Comm") & (calls.calls >= 8)]
-    host_s = host["host_forward_s"] + host["host_backward_s"] + host["host_update_s"]
-    return Overheads(issue_s=float(steady.issue_s.median()), host_share=float(host_s / host["device_s"]))
-
-
 def compute_step(profile: Profile, overheads: Overheads, steps: int = 8) -> float:
     """Seconds per step of the profile's compute alone (forward, backward, update of every layer)
     on a rank with `overheads`: on a GPU host, the device's time or the host's, whichever paces."""
@@ -233,7 +222,7 @@ def predict_gpu(bench: pd.DataFrame, profiles: dict[str, Profile], calls: pd.Dat
         table = predict(mine, {model: device}, cases_for(1), networks=any_net, warmup=warmup, steps=steps, scale=False,
                         overheads=ov)
         table["predicted_plain_s"] = predict(mine, profiles, cases_for(1), networks=any_net, warmup=warmup, steps=steps,
-                                             scale=False).predicted_s.values
+                                             scale=False, overheads=NONE).predicted_s.values
         compute = float(measured_compute[model])
         first = pd.DataFrame([dict(model=model, label="compute", algo="compute", nproc=1, net_name="none", net="",
                                    compute_s=compute, measured_s=compute, predicted_s=compute_step(device, ov),
