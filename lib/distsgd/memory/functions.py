@@ -48,20 +48,26 @@ def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     return None if t is None else t.to(dtype)
 
 
+def _keep(ctx: Any, x: Tensor, weight: Tensor, gamma: float, strategy: str) -> Tensor:
+    """Both layers' forward, `x` already in the layer's `compute_dtype`: its kept entries (values and
+    positions) and the weight itself (not a copy) saved for backward; returns `x`."""
+    values, positions = drop(x, gamma, strategy)
+    ctx.save_for_backward(values, positions, weight)
+    ctx.x_shape = x.shape
+    return x
+
+
 class DropITLinearFunction(torch.autograd.Function):
     """``F.linear(x, weight, bias)`` that saves only the kept entries of ``x`` for backward."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, gamma: float,
                 strategy: str) -> Tensor:
-        dtype = compute_dtype(x)
+        dtype = compute_dtype(x)                 # before autocast is switched off below
         with torch.autocast(x.device.type, enabled=False):
-            x = x.to(dtype)
-            values, positions = drop(x, gamma, strategy)
-            ctx.save_for_backward(values, positions, weight)
-            ctx.x_shape = x.shape
+            x = _keep(ctx, x.to(dtype), weight, gamma, strategy)
             ctx.has_bias = bias is not None
-            return F.linear(x, weight.to(dtype), _cast(bias, dtype))
+            return F.linear(x, weight.to(x.dtype), _cast(bias, x.dtype))
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
@@ -88,15 +94,12 @@ class DropITConv2dFunction(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None,
                 stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
                 groups: int, gamma: float, strategy: str) -> Tensor:
-        dtype = compute_dtype(x)
+        dtype = compute_dtype(x)                 # before autocast is switched off below
         with torch.autocast(x.device.type, enabled=False):
-            x = x.to(dtype)
-            values, positions = drop(x, gamma, strategy)
-            ctx.save_for_backward(values, positions, weight)
-            ctx.x_shape = x.shape
+            x = _keep(ctx, x.to(dtype), weight, gamma, strategy)
             ctx.conv = (stride, padding, dilation, groups)
             ctx.bias_sizes = None if bias is None else list(bias.shape)
-            return F.conv2d(x, weight.to(dtype), _cast(bias, dtype), stride, padding, dilation, groups)
+            return F.conv2d(x, weight.to(x.dtype), _cast(bias, x.dtype), stride, padding, dilation, groups)
 
     @staticmethod
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:
