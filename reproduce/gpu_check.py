@@ -73,17 +73,8 @@ def calls(out: Path, args: argparse.Namespace) -> None:
 
 
 def host(out: Path, args: argparse.Namespace) -> None:
-    import pandas as pd
-    import torch
-
-    from distsgd import bench_schedules as bs
-    from distsgd.caps import Caps
-    from distsgd.profiling import host_and_device
-    rows = [dict(model=m, batch_size=VALIDATION_BATCH,
-                 **host_and_device(m, bs.input_shape(m, Caps()), VALIDATION_BATCH, device=args.device,
-                                   options=bs.MODEL_OPTIONS.get(m, {})))
-            for m in args.models]
-    table = pd.DataFrame(rows).assign(device=torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu")
+    from distsgd.timeline.validate import host_table
+    table = host_table(args.models, VALIDATION_BATCH, args.device)
     table.to_csv(out / "gpu_host.csv", index=False)
     print(table.to_string(), flush=True)
 

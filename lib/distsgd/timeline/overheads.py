@@ -37,10 +37,9 @@ the same for every schedule (`streams.Rank`):
         all_gather:      n        (the copy back of the gathered buffer)
         other kinds:     n        (the copy back)
 
-`NONE` (zero) is the default: `simulate` without the knob gives exactly the predictions it gave
-before. Projections to GPUs use `NONE` too, so their verdicts do not move: the values on a GPU
-(kernel launches, device copies at HBM speed, NCCL's kernels sharing the SMs: `Effects.contention`)
-are not measured here.
+`for_profile` is the default: `NONE` (zero) on a CPU profile, so `simulate` without the knob gives
+there exactly the predictions it gave before; on a GPU profile the committed GPU host's costs ((e)).
+NCCL's kernels sharing the SMs (`Effects.contention`) are not measured here.
 
 `measure()` measures them on this machine, before any benchmark and without looking at a
 validation residual: (a) by issuing `n` async `Comm` all-reduces (avg) of a 4-element tensor on

@@ -234,6 +234,19 @@ def predict_gpu(bench: pd.DataFrame, profiles: dict[str, Profile], calls: pd.Dat
     return pd.concat(frames, ignore_index=True)
 
 
+def host_table(models: Iterable[str], batch_size: int, device: str = "cuda") -> pd.DataFrame:
+    """`profiling.host_and_device` of each benchmark model (its shape and options) at `batch_size`,
+    one row per model, with the device's name: the GPU check's `gpu_host.csv`."""
+    import torch
+
+    from ..profiling import host_and_device
+    rows = [dict(model=m, batch_size=batch_size,
+                 **host_and_device(m, bs.input_shape(m, Caps()), batch_size, device=device,
+                                   options=bs.MODEL_OPTIONS.get(m, {})))
+            for m in models]
+    return pd.DataFrame(rows).assign(device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
+
+
 def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: int = 32, steps: int = 32,
                  warmup: int = 8, repeats: int = 3, calls: pd.DataFrame | None = None,
                  host: pd.DataFrame | None = None, device: str = "cuda"
@@ -249,7 +262,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
     on the CPU, where host and device are one: the check of the check, not a GPU result."""
     import torch
 
-    from ..profiling import host_and_device, measure
+    from ..profiling import measure
     from .overheads import measure_gpu_calls
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("validate_gpu needs a CUDA GPU")
@@ -257,10 +270,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
     if calls is None:
         calls = measure_gpu_calls(device=device)
     if host is None:
-        host = pd.DataFrame([dict(model=m, batch_size=batch_size,
-                                  **host_and_device(m, bs.input_shape(m, Caps()), batch_size, device=device,
-                                                    options=bs.MODEL_OPTIONS.get(m, {})))
-                             for m in models])
+        host = host_table(models, batch_size, device)
     bench = bs.bench_schedules(models=models, cases=cases, nprocs=[1], networks={bs.REAL: None},
                                batch_size=batch_size, steps=steps, warmup=warmup, repeats=repeats,
                                backend="nccl" if device == "cuda" else "gloo", caps=Caps())
