@@ -29,7 +29,10 @@ with ``--dry-run``):
 ``--update-readme`` also rewrites the README's generated verdict table from it.
 
 The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
-``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``.
+``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``. Each notebook
+writes its tests down before its first run (``Claims.preregister``) in
+``reproduce/registered/PROFILE/`` and holds later runs to them; with ``--set`` (other tests than
+the profile's, not a dry run) in ``OUT/registered`` (``DISTSGD_REGISTERED``).
 
 ``--kernel NAME`` executes the notebooks with the installed Jupyter kernel NAME (default
 ``python3``, the Python running this script); ``make kernel`` installs one named ``distsgd`` that
@@ -648,6 +651,11 @@ def build_parser() -> argparse.ArgumentParser:
         "from the report's claims",
     )
     parser.add_argument(
+        "--update-ledger", action="store_true",
+        help="also rewrite the `why` of the profile's expected-verdict ledger "
+        "(reproduce/expected/PROFILE.csv) from the claims tables under FIGURES; verdicts unchanged",
+    )
+    parser.add_argument(
         "--list", action="store_true",
         help="print the notebooks and the parameters each gets under the profile; run nothing",
     )
@@ -723,11 +731,19 @@ def kernel_environment(profile: str, figures_dir: Path) -> None:
 
 
 def write_report(figures_dir: Path, out_dir: Path, profile: str, names: Sequence[str],
-                 update_readme: bool) -> None:
+                 update_readme: bool, update_ledger: bool = False) -> None:
     """OUT/REPORT.md and OUT/REPORT.html of these notebooks' claims; with `update_readme`, the
-    README's generated verdict table too."""
+    README's generated verdict table too; with `update_ledger`, the ledger's `why` column."""
     sys.path.insert(0, str(REPO_ROOT / "lib"))
     from distsgd import report
+    from distsgd.claims import ledger_path
+
+    if update_ledger:
+        ledger = ledger_path(profile)
+        if not ledger.is_file():
+            raise UsageError(f"--update-ledger: profile {profile} has no ledger ({ledger})")
+        changed = report.update_ledger_why(ledger, report.collect(figures_dir, names)[0])
+        say(f"{ledger}: {changed} why(s) rewritten from the claims tables")
 
     say(f"report: {report.write(figures_dir, out_dir, profile, names)} (and REPORT.html)")
     if update_readme:
@@ -778,7 +794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out_dir, figures_dir = resolve_dirs(args)
     if args.report_only:
-        write_report(figures_dir, out_dir, profile.name, names, args.update_readme)
+        try:
+            write_report(figures_dir, out_dir, profile.name, names, args.update_readme, args.update_ledger)
+        except UsageError as exc:
+            say(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     try:
         check_kernel(args.kernel)
@@ -786,6 +806,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {exc}", file=sys.stderr)
         return 2
     kernel_environment(profile.name, figures_dir)
+    if overrides and not args.dry_run:        # other tests than the profile's: their own registrations
+        os.environ.setdefault("DISTSGD_REGISTERED", str(out_dir / "registered"))
     if args.dry_run:
         try:
             dry_run_environment(out_dir)

@@ -2,12 +2,16 @@
 are asserted, and `check` compares every verdict with the expected-verdict ledger."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from distsgd.claims import (CONTRADICTED, INCONCLUSIVE, REPRODUCED, Claims, Test, accuracy_difference_interval,
+from distsgd.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
+                            registration_folder, accuracy_difference_interval,
                             accuracy_resolution, ledger_mismatches, load_ledger, median_interval,
                             paired_interval, welch_interval, wilson_interval)
 
@@ -34,6 +38,7 @@ def make_claims() -> Claims:
     claims.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
     claims.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
     claims.register("fine", "A is within 1 point of B", "±1 point", Test("acc gap", ">=", -1, "Newcombe"))
+    claims.preregister(dry_run=True)
     return claims
 
 
@@ -160,3 +165,95 @@ def test_median_interval_covers_the_median_at_its_level() -> None:
     hits = [lo <= np.log(2) <= hi
             for lo, hi in (median_interval(rng.exponential(size=9)) for _ in range(2000))]
     assert 0.95 <= np.mean(hits) <= 0.98                    # exact coverage 0.961
+
+
+# --------------------------------------------------------------------------- pre-registration
+
+
+def registered_claims() -> Claims:
+    claims = Claims("99_demo")
+    claims.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
+    claims.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
+    return claims
+
+
+def test_preregister_writes_the_tests_once_and_holds_later_runs_to_them(tmp_path) -> None:
+    path = registered_claims().preregister(folder=tmp_path)
+    assert path == tmp_path / "99_demo.json"
+    written = path.read_text()
+    assert json.loads(written)["tests"]["fast"] == {"claim": "A is >= 2x faster than B", "paper": "2x",
+                                                     "quantity": AT_LEAST_2.quantity, "side": ">=",
+                                                     "threshold": 2.0, "statistic": AT_LEAST_2.statistic}
+    again = registered_claims()
+    assert again.preregister(folder=tmp_path) == path and path.read_text() == written   # compared, not rewritten
+    assert again.decide("fast", 2.5, 3.0, 2.7) == REPRODUCED
+
+    moved = Claims("99_demo")                   # the threshold moved after the registration
+    moved.register("fast", "A is >= 2x faster than B", "2x", Test(AT_LEAST_2.quantity, ">=", 1.5, AT_LEAST_2.statistic))
+    moved.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
+    with pytest.raises(RegistrationError, match=r"'fast': threshold 1\.5, registered 2\.0"):
+        moved.preregister(folder=tmp_path)
+    extra = registered_claims()
+    extra.register("new", "a claim added later", "-", AT_MOST_0)
+    with pytest.raises(RegistrationError, match="'new' is not in the registration"):
+        extra.preregister(folder=tmp_path)
+    fewer = Claims("99_demo")
+    fewer.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
+    with pytest.raises(RegistrationError, match="'better' is no longer registered"):
+        fewer.preregister(folder=tmp_path)
+    assert path.read_text() == written
+
+
+def test_no_decision_before_the_registration_and_no_registration_after_it(tmp_path) -> None:
+    claims = registered_claims()
+    with pytest.raises(RegistrationError, match="preregister"):
+        claims.decide("fast", 2.5, 3.0, 2.7)
+    claims.preregister(folder=tmp_path)
+    with pytest.raises(RegistrationError, match="after preregister"):
+        claims.register("late", "registered after the runs began", "-", AT_MOST_0)
+
+
+def test_a_dry_run_writes_no_registration(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(REGISTERED_ENV, str(tmp_path))
+    claims = registered_claims()
+    assert claims.preregister(dry_run=True) is None and not list(tmp_path.iterdir())
+    assert claims.decide("fast", 2.5, 3.0, 2.7) == REPRODUCED
+
+
+def test_registration_folder_is_the_profiles_unless_redirected(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(REGISTERED_ENV, raising=False)
+    monkeypatch.setenv("DISTSGD_PROFILE", "full")
+    assert registration_folder().parts[-3:] == ("reproduce", "registered", "full")
+    monkeypatch.setenv(REGISTERED_ENV, str(tmp_path))
+    assert registration_folder() == tmp_path
+
+
+NOTEBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_notebook_has_a_committed_quick_registration_written_before_its_first_run(notebook) -> None:
+    """nbval runs the quick profile against these files; each notebook calls preregister before
+    anything that runs or measures."""
+    import nbformat
+
+    repo = Path(__file__).resolve().parent.parent
+    tests = json.loads((repo / "reproduce" / "registered" / "quick" / f"{notebook}.json").read_text())["tests"]
+    assert tests and all(set(t) >= {"quantity", "side", "threshold", "statistic"} for t in tests.values())
+    code = [c.source for c in nbformat.read(repo / "notebooks" / f"{notebook}.ipynb", 4).cells if c.cell_type == "code"]
+    pre = next(i for i, s in enumerate(code) if "claims.preregister(dry_run)" in s)
+    first_run = next(i for i, s in enumerate(code) if runs_or_measures(s))
+    assert pre < first_run, (notebook, pre, first_run)
+    assert not any("register(" in s and "preregister" not in s for s in code[pre + 1:]), notebook
+
+
+RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", "real_collective_times(")
+
+
+def runs_or_measures(cell: str) -> bool:
+    """Whether a code cell starts a run or a measurement when it executes (not in a function it
+    only defines)."""
+    import ast
+
+    body = [s for s in ast.parse(cell).body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
+    return any(k in ast.get_source_segment(cell, s) for s in body for k in RUNS_OR_MEASURES)

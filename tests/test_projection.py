@@ -46,16 +46,19 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
     assert low == pytest.approx(ratio / 1.2 * 0.7) and high == pytest.approx(ratio / 0.9 * 1.05)
     claims = Claims("t")
     claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT))
+    claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
     assert "wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
 def test_an_unmeasured_schedule_or_fabric_is_inconclusive_by_a_precheck_naming_it():
     claims = Claims("t")
-    for id, num, den in [("fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
-                         ("fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
-                         ("covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]:
-        band = pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, num, den)
+    bands = {id: pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, num, den)
+             for id, num, den in [("fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
+                                  ("fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
+                                  ("covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]}
+    claims.preregister(dry_run=True)
+    for id, band in bands.items():
         assert (band is None) == (id != "covered")
         pj.decide(claims, id, 100.0, "projection: toy", band)     # far beyond the threshold
     table = claims.table().set_index("id")

@@ -17,11 +17,19 @@ Identities that hold by construction (bytes from declared wire formats, 1 - 1/K 
 identical trajectories of lossless schedules) are *invariants* (`Claims.invariant`): asserted
 always, shown in their own table, never counted as reproduced claims.
 
+The registered tests are written down before any run (`Claims.preregister`, in the notebook's
+registration cell): ``reproduce/registered/<profile>/<notebook>.json``, committed for the quick
+profile. A later run whose tests differ from that file fails before its first run, and no claim is
+decided without a registration; a new test is a new registration (delete the file, or register
+elsewhere with ``DISTSGD_REGISTERED=<folder>``), visible in the history.
+
 `Claims.check` asserts the invariants, that every registered claim was decided, and that every
-verdict equals the expected-verdict ledger ``reproduce/expected/<profile>.csv`` (`ledger`).
+verdict equals the expected-verdict ledger ``reproduce/expected/<profile>.csv`` (`ledger`), whose
+`why` column is generated from the committed run (`ledger_why`).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -37,6 +45,12 @@ VERDICTS = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
 CLAIM_COLUMNS = ["id", "claim", "paper", "test", "estimate", "low", "high", "measured", "verdict", "reason"]
 INVARIANT_COLUMNS = ["invariant", "expected", "measured", "holds"]
 LEVEL = 0.95
+REGISTERED_ENV = "DISTSGD_REGISTERED"     # a folder for this run's registrations instead of the committed one
+TEST_FIELDS = ("quantity", "side", "threshold", "statistic")
+
+
+class RegistrationError(RuntimeError):
+    """A claim's test differs from (or is missing in) its registration written before the runs."""
 
 
 # --------------------------------------------------------------------------- intervals (scipy.stats)
@@ -156,12 +170,49 @@ class Claims:
     notebook: str
     claims: dict[str, Claim] = field(default_factory=dict)
     invariants: list[dict] = field(default_factory=list)
+    registration: Path | None = None            # the file `preregister` wrote or compared with
+    preregistered: bool = False
 
     def register(self, id: str, claim: str, paper: str, test: Test) -> None:
         """Fix a claim's test before the run. `paper` is what the paper reports or states."""
         if id in self.claims:
             raise ValueError(f"claim {id!r} is registered twice")
+        if self.preregistered:
+            raise RegistrationError(f"claim {id!r} is registered after preregister(): register every claim "
+                                    f"before the notebook's first run, then call preregister()")
         self.claims[id] = Claim(id, claim, paper, test)
+
+    def registered_tests(self) -> dict[str, dict]:
+        """{claim id: its claim, paper and test fields}, as `preregister` writes them."""
+        return {c.id: {"claim": c.claim, "paper": c.paper, "quantity": c.test.quantity, "side": c.test.side,
+                       "threshold": c.test.threshold, "statistic": c.test.statistic} for c in self.claims.values()}
+
+    def preregister(self, dry_run: bool = False, folder: Path | None = None) -> Path | None:
+        """Write the registered tests down before any run, or hold them against the registration
+        already written: ``<folder>/<notebook>.json`` (`registration_folder`: $DISTSGD_REGISTERED,
+        else ``reproduce/registered/<profile>``). A file that exists is never rewritten; a test that
+        differs from it, or a claim it lacks or has in excess, raises `RegistrationError` naming
+        them, before the first run. A dry run (claims computed, not asserted) writes and compares
+        nothing. Returns the file (None in a dry run). `decide` refuses claims before this."""
+        self.preregistered = True
+        if dry_run:
+            return None
+        path = (folder or registration_folder()) / f"{self.notebook}.json"
+        tests = self.registered_tests()
+        if not path.is_file():
+            from .results import write_text_atomic
+
+            write_text_atomic(path, json.dumps({"notebook": self.notebook, "tests": tests}, indent=1) + "\n")
+            print(f"{len(tests)} tests registered in {path}")
+        else:
+            problems = registration_differences(tests, json.loads(path.read_text())["tests"])
+            if problems:
+                raise RegistrationError(
+                    f"{self.notebook}: the tests differ from their registration {path}:\n" + "\n".join(problems)
+                    + f"\nA changed test is a new registration: delete {path.name} (the change shows in the "
+                    f"history), or register this run's tests elsewhere with {REGISTERED_ENV}=<folder>.")
+        self.registration = path
+        return path
 
     def precheck(self, id: str, reason: str) -> None:
         """Mark a claim inconclusive for a reason checked before its own measurement is looked at
@@ -176,6 +227,9 @@ class Claims:
         """Decide a registered claim from its interval [low, high] and point estimate; `measured`
         adds the values a reader needs (per-seed numbers, the baseline's value). Returns the verdict."""
         c = self._get(id)
+        if not self.preregistered:
+            raise RegistrationError(f"claim {id!r} is decided before its notebook's tests were written down: "
+                                    f"call claims.preregister() after the registrations, before the first run")
         if c.verdict is not None:
             raise RuntimeError(f"claim {id!r} is decided twice")
         c.low, c.high, c.estimate, c.measured = float(low), float(high), float(estimate), measured
@@ -237,6 +291,32 @@ class Claims:
             problems += ledger_mismatches(self.notebook, self.table(), ledger)
         if problems:
             raise AssertionError(f"{self.notebook}: {len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+# --------------------------------------------------------------------------- the registrations
+
+
+def registration_folder() -> Path:
+    """Where `Claims.preregister` writes and finds registrations: $DISTSGD_REGISTERED, else
+    ``reproduce/registered/<profile>`` ($DISTSGD_PROFILE, else quick)."""
+    if os.environ.get(REGISTERED_ENV):
+        return Path(os.environ[REGISTERED_ENV])
+    from .paths import repo_root
+    return repo_root() / "reproduce" / "registered" / os.environ.get("DISTSGD_PROFILE", "quick")
+
+
+def registration_differences(tests: dict[str, dict], registered: dict[str, dict]) -> list[str]:
+    """Where a notebook's tests differ from their registration: a test field (`TEST_FIELDS`) that
+    changed, a claim not registered, a registered claim no longer there."""
+    problems = [f"- claim {i!r} is not in the registration" for i in tests if i not in registered]
+    problems += [f"- registered claim {i!r} is no longer registered by the notebook" for i in registered if i not in tests]
+    for i in tests.keys() & registered.keys():
+        for f in TEST_FIELDS:
+            now, then = tests[i][f], registered[i][f]
+            same = math.isclose(now, then, rel_tol=1e-12) if f == "threshold" else now == then
+            if not same:
+                problems.append(f"- claim {i!r}: {f} {now!r}, registered {then!r}")
+    return problems
 
 
 # --------------------------------------------------------------------------- the expected-verdict ledger
