@@ -265,6 +265,19 @@ class Claims:
     def invariants_table(self) -> pd.DataFrame:
         return pd.DataFrame(self.invariants, columns=INVARIANT_COLUMNS)
 
+    def view(self) -> "pd.io.formats.style.Styler":
+        """The claims table for reading in a notebook: verdict first, every text in full (wrapped,
+        not cut at pandas' 50 characters), the verdict coloured."""
+        cols = ["verdict", "claim", "measured", "reason", "test", "paper", "id"]
+        return readable(self.table()[cols])
+
+    def headline(self) -> "pd.io.formats.style.Styler":
+        """This notebook's row of the headline table (`distsgd.headlines`): the paper's headline
+        claim as its abstract states it, how the kit tests it, and the verdict of this run's claims."""
+        from .headlines import headline_table
+
+        return readable(headline_table(self.table().assign(notebook=self.notebook)).drop(columns="notebook"))
+
     def save(self, directory: Path) -> Path:
         """Write claims.csv (and invariants.csv when there are invariants) into `directory`."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -291,6 +304,21 @@ class Claims:
             problems += ledger_mismatches(self.notebook, self.table(), ledger)
         if problems:
             raise AssertionError(f"{self.notebook}: {len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+VERDICT_COLOURS = {REPRODUCED: "#d4edda", CONTRADICTED: "#f8d7da", INCONCLUSIVE: "#fff3cd"}
+
+
+def readable(table: pd.DataFrame) -> "pd.io.formats.style.Styler":
+    """`table` styled for a notebook: no index, text wrapped in full and left-aligned, a `verdict`
+    column coloured by verdict."""
+    style = (table.style.hide(axis="index")
+             .set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+             .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}]))
+    if "verdict" in table.columns:
+        style = style.map(lambda v: f"background-color: {VERDICT_COLOURS[v]}" if v in VERDICT_COLOURS else "",
+                          subset=["verdict"])
+    return style
 
 
 # --------------------------------------------------------------------------- the registrations
