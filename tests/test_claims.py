@@ -257,3 +257,9 @@ def runs_or_measures(cell: str) -> bool:
 
     body = [s for s in ast.parse(cell).body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
     return any(k in ast.get_source_segment(cell, s) for s in body for k in RUNS_OR_MEASURES)
+
+
+def test_a_claim_without_a_finite_interval_says_so() -> None:
+    claims = make_claims()
+    assert claims.decide("better", float("nan"), float("nan"), -0.2) == INCONCLUSIVE
+    assert claims.table().set_index("id").reason["better"] == "loss gap = -0.2, no interval (too few values for one)"

@@ -241,6 +241,8 @@ class Claims:
             c.reason = {REPRODUCED: f"{where} on the claim's side of {c.test.threshold:g}",
                         CONTRADICTED: f"{where} on the other side of {c.test.threshold:g}",
                         INCONCLUSIVE: f"{where} contains {c.test.threshold:g}"}[c.verdict]
+            if not (math.isfinite(c.low) and math.isfinite(c.high)):
+                c.reason = f"{c.test.quantity} = {estimate:.4g}, no interval (too few values for one)"
         return c.verdict
 
     def invariant(self, name: str, expected: str, measured: str, holds: bool) -> bool:
