@@ -54,17 +54,19 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
 def test_an_unmeasured_schedule_or_fabric_is_inconclusive_by_a_precheck_naming_it():
     claims = Claims("t")
     bands = {id: pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, num, den)
-             for id, num, den in [("fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
-                                  ("fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
-                                  ("covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]}
+             for id, num, den in [("proj_fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
+                                  ("proj_fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
+                                  ("proj_covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]}
     claims.preregister(dry_run=True)
     for id, band in bands.items():
-        assert (band is None) == (id != "covered")
+        assert (band is None) == (id != "proj_covered")
         pj.decide(claims, id, 100.0, "projection: toy", band)     # far beyond the threshold
     table = claims.table().set_index("id")
     assert list(table.verdict) == ["inconclusive", "inconclusive", "reproduced"]
-    assert "no fusion" in table.reason["fusion"] and "'10Gbit'" in table.reason["fabric"]
-    assert "none covers it" in table.test["fusion"] and "no_overlap on 10GbE: " in table.test["covered"]
+    assert "no fusion" in table.reason["proj_fusion"] and "'10Gbit'" in table.reason["proj_fabric"]
+    assert "none covers it" in table.test["proj_fusion"] and "no_overlap on 10GbE: " in table.test["proj_covered"]
+    with pytest.raises(ValueError, match="starts with 'proj_'"):             # counted apart from measured claims
+        pj.register(Claims("t"), "fusion", "claim", "paper", "ratio", ">=", 1.0, [("wfbp", "10GbE")], [("wfbp", "10GbE")])
 
 
 def test_project_rows_and_label():

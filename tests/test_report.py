@@ -26,10 +26,11 @@ def write_notebook(figures: Path, name: str, verdicts: dict[str, tuple[float, fl
 def test_report_lists_every_claim_with_verdict_interval_and_figures(tmp_path) -> None:
     figures, out = tmp_path / "figures", tmp_path / "out"
     write_notebook(figures, "00_a", {"up": (1.5, 2.0), "down": (0.1, 0.5)})
-    write_notebook(figures, "01_b", {"mid": (0.5, 1.5)})
+    write_notebook(figures, "01_b", {"mid": (0.5, 1.5), "proj_far": (1.5, 2.0)})
     md = report.write(figures, out, "quick").read_text()
-    assert "3 claims: 1 reproduced, 1 contradicted, 1 inconclusive; 2 invariants" in md
-    assert "| 00_a | 1 | 1 | 0 | 1/1 |" in md and "| 01_b | 0 | 0 | 1 | 1/1 |" in md
+    assert ("3 measured claims: 1 reproduced, 1 contradicted, 1 inconclusive; 1 projected claims: 1 reproduced, "
+            "0 contradicted, 0 inconclusive; 2 invariants") in md
+    assert "| 00_a | 1 / 1 / 0 | - | 1/1 |" in md and "| 01_b | 0 / 0 / 1 | 1 / 0 / 0 | 1/1 |" in md
     assert "| claim up | paper value | q >= 1 (median) | 1.75 [1.5, 2] | reproduced |" in md
     assert "[curve.png](../figures/00_a/curve.png)" in md
     page = (out / "REPORT.html").read_text()

@@ -45,6 +45,7 @@ VERDICTS = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
 CLAIM_COLUMNS = ["id", "claim", "paper", "test", "estimate", "low", "high", "measured", "verdict", "reason"]
 INVARIANT_COLUMNS = ["invariant", "expected", "measured", "holds"]
 LEVEL = 0.95
+PROJECTED_PREFIX = "proj_"                 # the id of every projected claim (projection.register)
 REGISTERED_ENV = "DISTSGD_REGISTERED"     # a folder for this run's registrations instead of the committed one
 TEST_FIELDS = ("quantity", "side", "threshold", "statistic")
 
@@ -306,6 +307,11 @@ class Claims:
             problems += ledger_mismatches(self.notebook, self.table(), ledger)
         if problems:
             raise AssertionError(f"{self.notebook}: {len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+def is_projected(claim_id: str) -> bool:
+    """Whether a claim is decided by the simulator at a paper's setting rather than measured here."""
+    return claim_id.startswith(PROJECTED_PREFIX)
 
 
 VERDICT_COLOURS = {REPRODUCED: "#d4edda", CONTRADICTED: "#f8d7da", INCONCLUSIVE: "#fff3cd"}

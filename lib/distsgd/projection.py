@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from .claims import Claims, Test
+from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
 from .comm.netmodel import parse_net
 from .layer_profile import Profile
 from .paths import repo_root
@@ -128,6 +128,8 @@ def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, op:
     band (`ratio_band` of the (algo, net) settings whose step times make the ratio), before the
     projection; where a setting is uncovered, mark the claim inconclusive by that precheck and
     return None. The band goes to `decide`."""
+    if not is_projected(id):
+        raise ValueError(f"projected claim {id!r}: its id starts with {PROJECTED_PREFIX!r} (counted apart from measured ones)")
     try:
         band, uncovered = ratio_band(numerator, denominator), ""
         stat = f"{BAND_STAT}: {band.describe().split(': ', 1)[1]}"
