@@ -69,3 +69,9 @@ def test_a_notebook_shows_its_own_row(tmp_path, monkeypatch) -> None:
     assert row.verdict.tolist() == ["reproduced"] and row.paper[0].startswith("LIEC-SGD")
     assert "white-space: pre-wrap" in claims.headline().to_html()          # read in full, not cut at 50
     assert headline_table(claims.table().assign(notebook="00_baselines")).empty   # no paper, no row
+
+
+def test_a_project_without_a_headlines_file_has_no_headline_rows(tmp_path) -> None:
+    assert load_headlines(tmp_path / "headlines.yaml") == {}
+    claims = table(a="reproduced").assign(notebook="01_cocod_sgd")
+    assert headline_table(claims, load_headlines(tmp_path / "headlines.yaml")).empty

@@ -67,10 +67,14 @@ def headlines_path() -> Path:
 
 
 def load_headlines(path: Path | None = None) -> dict[str, Headline]:
-    """{notebook: Headline} from ``reproduce/headlines.yaml`` (or `path`)."""
+    """{notebook: Headline} from ``reproduce/headlines.yaml`` (or `path`); none where the file does
+    not exist (a project of one's own notebooks without paper headlines)."""
     import yaml
 
-    raw = yaml.safe_load((path or headlines_path()).read_text()) or {}
+    path = path or headlines_path()
+    if not path.is_file():
+        return {}
+    raw = yaml.safe_load(path.read_text()) or {}
     out = {}
     for notebook, row in raw.items():
         unknown = set(row) - {"paper", "headline", "how", "claims", "scope", "why"}

@@ -83,8 +83,11 @@ def markdown(claims: pd.DataFrame, invariants: pd.DataFrame, profile: str, figur
     """REPORT.md: the summary, then each notebook's claims (paper value, measured value and
     interval, verdict, reason) with links to its figures, then its invariants."""
     report_dir = out
-    out = [f"# Verdicts, {profile} profile", "", "## Headlines: one row per paper", "",
-           _md_table(headline_table(claims).drop(columns="notebook")), "", "## Every claim", "",
+    heads = headline_table(claims).drop(columns="notebook")
+    out = [f"# Verdicts, {profile} profile", ""]
+    if len(heads):
+        out += ["## Headlines: one row per paper", "", _md_table(heads), ""]
+    out += ["## Every claim", "",
            _totals(claims) + f"; {len(invariants)} invariants (identities asserted by construction, not claims).", "",
            _md_table(summary(claims, invariants)), ""]
     for name in sorted(set(claims.notebook)):
@@ -111,9 +114,11 @@ def html_report(claims: pd.DataFrame, invariants: pd.DataFrame, profile: str, fi
     parts = [f"<html><head><meta charset='utf-8'><title>distsgd verdicts ({profile})</title>",
              "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px;font-size:13px;vertical-align:top}img{max-width:560px}</style>",
-             f"</head><body><h1>Verdicts, {profile} profile</h1>", "<h2>Headlines: one row per paper</h2>",
-             _html_table(headline_table(claims).drop(columns="notebook"), colour),
-             "<h2>Every claim</h2>", summary(claims, invariants).to_html(index=False)]
+             f"</head><body><h1>Verdicts, {profile} profile</h1>"]
+    heads = headline_table(claims).drop(columns="notebook")
+    if len(heads):
+        parts += ["<h2>Headlines: one row per paper</h2>", _html_table(heads, colour)]
+    parts += ["<h2>Every claim</h2>", summary(claims, invariants).to_html(index=False)]
     for name in sorted(set(claims.notebook)):
         c = claims[claims.notebook == name]
         parts.append(f"<h2>{html.escape(name)}</h2><table><tr><th>claim</th><th>paper</th><th>test</th>"
