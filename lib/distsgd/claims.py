@@ -25,7 +25,7 @@ elsewhere with ``DISTSGD_REGISTERED=<folder>``), visible in the history.
 
 `Claims.check` asserts the invariants, that every registered claim was decided, and that every
 verdict equals the expected-verdict ledger ``reproduce/expected/<profile>.csv`` (`ledger`), whose
-`why` column is generated from the committed run (`ledger_why`).
+`why` column is generated from the committed run (`report.ledger_why`).
 """
 from __future__ import annotations
 
@@ -171,7 +171,6 @@ class Claims:
     notebook: str
     claims: dict[str, Claim] = field(default_factory=dict)
     invariants: list[dict] = field(default_factory=list)
-    registration: Path | None = None            # the file `preregister` wrote or compared with
     preregistered: bool = False
 
     def register(self, id: str, claim: str, paper: str, test: Test) -> None:
@@ -212,7 +211,6 @@ class Claims:
                     f"{self.notebook}: the tests differ from their registration {path}:\n" + "\n".join(problems)
                     + f"\nA changed test is a new registration: delete {path.name} (the change shows in the "
                     f"history), or register this run's tests elsewhere with {REGISTERED_ENV}=<folder>.")
-        self.registration = path
         return path
 
     def precheck(self, id: str, reason: str) -> None:

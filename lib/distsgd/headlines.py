@@ -23,6 +23,7 @@ HOWS = {"measured": "measured here (small scale)",
         "untested": "not testable here"}
 NOT_TESTED = "not tested"
 COLUMNS = ["paper", "headline", "how", "verdict", "reason"]
+FIELDS = ("paper", "headline", "how", "claims", "scope", "why")     # a row of headlines.yaml
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,9 @@ def load_headlines(path: Path | None = None) -> dict[str, Headline]:
     raw = yaml.safe_load(path.read_text()) or {}
     out = {}
     for notebook, row in raw.items():
-        unknown = set(row) - {"paper", "headline", "how", "claims", "scope", "why"}
+        unknown = set(row) - set(FIELDS)
         if unknown:
-            raise ValueError(f"headlines[{notebook}]: unknown field(s) {sorted(unknown)}; "
-                             f"allowed: paper, headline, how, claims, scope, why")
+            raise ValueError(f"headlines[{notebook}]: unknown field(s) {sorted(unknown)}; allowed: {', '.join(FIELDS)}")
         out[notebook] = Headline(notebook, row["paper"], row["headline"], row["how"],
                                  tuple(row.get("claims") or ()), row.get("scope", ""), row.get("why", ""))
     return out
@@ -90,9 +90,9 @@ def headline_table(claims: pd.DataFrame, headlines: dict[str, Headline] | None =
     """One row per paper whose notebook is in `claims` (`report.collect`'s table, with a notebook
     column): paper, headline, how (with the scope), verdict, reason."""
     headlines = load_headlines() if headlines is None else headlines
-    rows = []
+    rows, present = [], set(claims.notebook)
     for notebook, h in headlines.items():
-        if notebook not in set(claims.notebook):
+        if notebook not in present:
             continue
         verdict, reason = h.decide(claims[claims.notebook == notebook])
         how = HOWS[h.how] + (f": {h.scope}" if h.scope else "")
