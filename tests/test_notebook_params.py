@@ -1,6 +1,7 @@
 """Every notebook runs with another world size and another seed: per-rank lists and group counts
 follow from `nproc` (or the notebook says at once which values it allows). Dry-run length (2 steps
-per run) on the quick profile, uncapped world (DISTSGD_MAX_NPROC=0), two notebooks at a time.
+per run) on the quick profile, uncapped world (DISTSGD_MAX_NPROC=0), two notebooks at a time,
+one kernel per slot (`--share-kernels`, reset between notebooks).
 Part of `make test` (CI); `make test-params` runs just these.
 
 - nproc 3, seed 7: all 11 notebooks; the benchmarks' worker counts (`nprocs` of 07 and 10,
@@ -33,6 +34,7 @@ def test_notebooks_run_at_another_world_size_and_seed(tmp_path, sets: list[str])
     out = tmp_path / "dry"
     env = {**os.environ, "DISTSGD_MAX_NPROC": "0"}
     proc = subprocess.run([sys.executable, str(RUN_PY), "--profile", "quick", "--dry-run", "--jobs", "2",
+                           "--share-kernels",
                            "--out", str(out),
                            *(a for s in sets for a in ("--set", s))],
                           capture_output=True, text=True, timeout=1800, env=env)

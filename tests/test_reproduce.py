@@ -369,3 +369,44 @@ def test_named_kernel_installed_with_ipykernel_executes_the_notebooks(project: P
     printed = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", []))
     assert f"mark from-distsgd-test {sys.executable}" in printed
     assert project.summary()["03_kernel"]["status"] == "ok"
+
+
+def test_shared_kernel_is_reset_between_notebooks_and_replaced_when_it_dies(project: Project) -> None:
+    """`--share-kernels` (make test's dry runs): one kernel runs every notebook of its slot, and
+    to each it looks new: no name, figure, working directory or environment variable left by the
+    notebook before; a notebook that kills the kernel gets the next one a fresh kernel."""
+    make_notebook(project.notebooks / "03_leave.ipynb", PARAMETERS, textwrap.dedent("""\
+        import os, matplotlib
+        matplotlib.use("agg")
+        import matplotlib.pyplot as plt
+        left_behind = 1
+        plt.figure()
+        os.environ["DISTSGD_LEFT_BEHIND"] = "1"
+        os.chdir("/")
+        print("kernel pid", os.getpid())
+        """))
+    make_notebook(project.notebooks / "04_look.ipynb", PARAMETERS, textwrap.dedent("""\
+        import os, sys
+        assert "left_behind" not in dir() and "plt" not in dir(), "a name of 03 is still defined"
+        assert "DISTSGD_LEFT_BEHIND" not in os.environ, "03's environment variable is still set"
+        assert os.path.basename(os.getcwd()) == "notebooks", os.getcwd()
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        assert pyplot is None or not pyplot.get_fignums(), "03's figure is still open"
+        print("kernel pid", os.getpid())
+        """))
+    make_notebook(project.notebooks / "05_crash.ipynb", PARAMETERS, "import os\nos._exit(1)")
+    make_notebook(project.notebooks / "06_after.ipynb", PARAMETERS, "import os\nprint('kernel pid', os.getpid())")
+    proc = project.run("--only", "03", "04", "05", "06", "--share-kernels")
+    assert proc.returncode == 1, proc.stdout + proc.stderr        # 05 killed its kernel
+    status = {name: row["status"] for name, row in project.summary().items()}
+    assert status["03_leave"] == status["04_look"] == status["06_after"] == "ok", status
+    assert status["05_crash"].startswith("FAILED") and "kernel-0.log" in status["05_crash"], status
+
+    def kernel_pid(name: str) -> str:
+        nb = nbformat.read(project.out / f"{name}.ipynb", as_version=4)
+        printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        return printed.split("kernel pid")[1].split()[0]
+
+    assert kernel_pid("03_leave") == kernel_pid("04_look")       # one kernel ran both
+    assert kernel_pid("04_look") != kernel_pid("06_after")      # the dead kernel was replaced
+    assert not list(project.out.glob("*.kernel.log"))            # one log per slot, not per notebook
