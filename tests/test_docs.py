@@ -66,6 +66,15 @@ def test_strict_build_fails_on_a_planted_broken_link(tmp_path: Path) -> None:
     assert "no-such-page.md" in out.stderr, out.stderr[-3000:]
 
 
+README_MAX_LINES = 200          # a front page a newcomer reads in five minutes; the rest is in docs/
+
+
+def test_readme_is_a_short_front_page() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move detail to a docs/ page")
+
+
 def test_readme_links_point_to_files_and_headings() -> None:
     problems = link_problems(ROOT / "README.md")
     assert not problems, "README.md:\n" + "\n".join(problems)
