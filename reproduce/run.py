@@ -477,8 +477,9 @@ class SharedKernels:
     def _reset(km: Any, cwd: Path) -> None:
         """Make the kernel look new to the next notebook (see the class doc); RuntimeError if it
         cannot be reset."""
-        code = "\n".join((
-            "get_ipython().run_line_magic('reset', '-f')",
+        code = "\n".join((   # %reset -f also deletes the module dunders (__spec__: multiprocessing reads it)
+            "(lambda ip, keep: (ip.run_line_magic('reset', '-f'), ip.user_ns.update(keep)))(get_ipython(), "
+            "{k: v for k, v in get_ipython().user_ns.items() if k.startswith('__') and k.endswith('__')})",
             "import os as _os, sys as _sys",
             f"_os.chdir({str(cwd)!r})",
             f"_os.environ.clear(); _os.environ.update({dict(os.environ)!r})",

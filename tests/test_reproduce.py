@@ -375,7 +375,10 @@ def test_shared_kernel_is_reset_between_notebooks_and_replaced_when_it_dies(proj
     """`--share-kernels` (make test's dry runs): one kernel runs every notebook of its slot, and
     to each it looks new: no name, figure, working directory or environment variable left by the
     notebook before; a notebook that kills the kernel gets the next one a fresh kernel."""
-    make_notebook(project.notebooks / "03_leave.ipynb", PARAMETERS, textwrap.dedent("""\
+    dunders = project.root / "dunders.json"        # a new kernel's module names (__spec__, ...), seen by 03
+    make_notebook(project.notebooks / "03_leave.ipynb", PARAMETERS, textwrap.dedent(f"""\
+        import json
+        json.dump(sorted(k for k in dir() if k.startswith("__")), open({str(dunders)!r}, "w"))
         import os, matplotlib
         matplotlib.use("agg")
         import matplotlib.pyplot as plt
@@ -385,8 +388,9 @@ def test_shared_kernel_is_reset_between_notebooks_and_replaced_when_it_dies(proj
         os.chdir("/")
         print("kernel pid", os.getpid())
         """))
-    make_notebook(project.notebooks / "04_look.ipynb", PARAMETERS, textwrap.dedent("""\
-        import os, sys
+    make_notebook(project.notebooks / "04_look.ipynb", PARAMETERS, textwrap.dedent(f"""\
+        import json, os, sys
+        assert sorted(k for k in dir() if k.startswith("__")) == json.load(open({str(dunders)!r})), "not a new kernel's"
         assert "left_behind" not in dir() and "plt" not in dir(), "a name of 03 is still defined"
         assert "DISTSGD_LEFT_BEHIND" not in os.environ, "03's environment variable is still set"
         assert os.path.basename(os.getcwd()) == "notebooks", os.getcwd()
