@@ -422,8 +422,9 @@ class SharedKernels:
     notebooks take ~30 s each, so in `make test` (33 dry-run executions) that start is half the
     work. Between two notebooks the kernel is reset as a new one would be, so that no notebook
     can lean on another's state: every name it defined is deleted (``%reset -f``: variables,
-    functions, imported names), its figures are closed, and the working directory and the
-    environment are those the kernel started with. What stays is what a notebook cannot see:
+    functions, imported names; the module's own ``__spec__``, ``__name__``... are kept), its
+    figures are closed, and the working directory and the environment are those the kernel
+    started with. What stays is what a notebook cannot see:
     imported modules and the forkserver (whose workers import what its preload lacks). A kernel
     that died (a crashed notebook) is replaced before the next notebook. The kernel's own
     messages go to ``OUT/kernel-<slot>.log``."""
@@ -455,7 +456,9 @@ class SharedKernels:
 
         class SlotKernelManager(kernel_manager_logging_to(log)):  # type: ignore[misc]
             """Keeps the clients papermill opens, which it leaves running on a kernel it does not own."""
-            opened: list[Any] = []
+            def __init__(self, **kw: Any) -> None:
+                super().__init__(**kw)
+                self.opened: list[Any] = []
 
             def client(self, **kw: Any) -> Any:
                 kc = super().client(**kw)
@@ -725,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--jobs", "-j", type=int, default=1, metavar="N",
-        help="execute up to N notebooks at once (each in its own kernel); default 1",
+        help="execute up to N notebooks at once (each in its own kernel unless --share-kernels); default 1",
     )
     parser.add_argument(
         "--share-kernels", action="store_true",
