@@ -263,3 +263,16 @@ def test_a_claim_without_a_finite_interval_says_so() -> None:
     claims = make_claims()
     assert claims.decide("better", float("nan"), float("nan"), -0.2) == INCONCLUSIVE
     assert claims.table().set_index("id").reason["better"] == "loss gap = -0.2, no interval (too few values for one)"
+
+
+def test_decide_mean_is_the_t_interval_over_the_finite_seeds() -> None:
+    claims = make_claims()
+    values = [-0.4, -0.3, float("nan"), -0.35]
+    assert claims.decide_mean("better", values, "loss gap", "{:+.2f}") == REPRODUCED
+    row = claims.table().set_index("id").loc["better"]
+    ci = stats.ttest_1samp([-0.4, -0.3, -0.35], 0.0).confidence_interval(0.95)
+    assert (row.low, row.high) == pytest.approx((ci.low, ci.high))
+    assert row.estimate == pytest.approx(-0.35)
+    assert row.measured == "loss gap per seed: -0.40, -0.30, +nan, -0.35"
+    assert claims.decide_mean("fast", [2.5], "speed-up") == INCONCLUSIVE     # one seed: no interval
+    assert np.isnan(claims.table().set_index("id").low["fast"])

@@ -244,6 +244,16 @@ class Claims:
                 c.reason = f"{c.test.quantity} = {estimate:.4g}, no interval (too few values for one)"
         return c.verdict
 
+    def decide_mean(self, id: str, values: Sequence[float], unit: str, fmt: str = "{:+.3f}") -> str:
+        """Decide a claim whose quantity is one value per seed, from the t interval of their mean
+        (`mean_interval` over the finite values; no interval with fewer than two). `measured` lists
+        every seed's value (`fmt`, `unit`), NaN included. Returns the verdict."""
+        v = np.asarray(values, float)
+        finite = v[np.isfinite(v)]
+        low, high = mean_interval(finite) if len(finite) >= 2 else (math.nan, math.nan)
+        estimate = float(finite.mean()) if len(finite) else math.nan
+        return self.decide(id, low, high, estimate, f"{unit} per seed: " + ", ".join(fmt.format(x) for x in v))
+
     def invariant(self, name: str, expected: str, measured: str, holds: bool) -> bool:
         """An identity that holds by construction: asserted by `check`, not a reproduced claim."""
         self.invariants.append({"invariant": name, "expected": expected, "measured": measured,
