@@ -298,20 +298,22 @@ class Comm:
         """Synchronise all ranks; not counted in the ledger (used for bookkeeping only)."""
         dist.barrier(group=self.world.pg)
 
-    def settle(self, poll_s: float = 0.001) -> None:
+    def settle(self) -> None:
         """Return once every rank has completed every collective it issued before this call: a
         rendezvous through the default group's store, not a collective, so that when it returns no
         rank's backend is still carrying one. A rank that tears down or exits right after its last
         collective (even `barrier`, itself a collective) while a peer is still in it aborted that
         peer ("terminate called without an active exception", gloo on 2 cores: the README's `wrap`
         example under torchrun in 6 of 30 runs, a plain torch DDP script in 4 of 10; with `settle`
-        at the end of `distsgd.finalize`, 0 of 24)."""
+        at the end of `distsgd.finalize`, 0 of 24). The last rank to arrive sets a key that the
+        others wait for in the store (a blocking wait, no polling: on more ranks than cores a
+        polling rank would take the CPU from the one it waits for)."""
         store = dist.distributed_c10d._get_default_store()
         self._settled += 1
         key = f"distsgd/settled/{self._settled}"
-        store.add(key, 1)
-        while store.add(key, 0) < self.world_size:
-            time.sleep(poll_s)
+        if store.add(key, 1) == self.world_size:
+            store.set(f"{key}/all", "1")
+        store.wait([f"{key}/all"])
 
     def reduce_uncounted(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """All-reduce for bookkeeping (metrics); not in the ledger and never delayed. A tensor on
