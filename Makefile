@@ -28,7 +28,7 @@ kernel: venv
 
 # The library's bytecode, written once: every kernel, forkserver, rank and CLI run imports lib/, and
 # with PYTHONDONTWRITEBYTECODE set (CI's environment) each would compile it again (~1.8 s of CPU).
-bytecode:
+bytecode: venv
 	$(PY) -m compileall -q lib
 
 # Five suites two at a time, then the timed ones alone (tests/run_suites.py), and the minutes of each
