@@ -5,6 +5,7 @@ reproduce/gpu_check.py)."""
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_script_writes_the_table(tmp_path):
     done = subprocess.run([sys.executable, "reproduce/dropit_memory.py", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(ROOT / "lib"), "CUDA_VISIBLE_DEVICES": "",
-                               "PATH": "/usr/bin:/bin"})
+                               "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(tmp_path / "dropit_memory.csv")
     assert table.model.tolist() == ["vit_tiny"] * 4 + ["resnet18"] * 4
