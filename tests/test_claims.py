@@ -12,8 +12,8 @@ from scipy import stats
 
 from distsgd.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
                             registration_folder, accuracy_difference_interval,
-                            accuracy_resolution, ledger_mismatches, load_ledger, median_interval,
-                            paired_interval, welch_interval, wilson_interval)
+                            accuracy_resolution, interval_or_nan, ledger_mismatches, load_ledger,
+                            median_interval, paired_interval, welch_interval, wilson_interval)
 
 AT_LEAST_2 = Test("speed-up", ">=", 2.0, "median of 9 pairs")
 AT_MOST_0 = Test("loss gap", "<=", 0.0, "paired t over 5 seeds")
@@ -276,3 +276,15 @@ def test_decide_mean_is_the_t_interval_over_the_finite_seeds() -> None:
     assert row.measured == "loss gap per seed: -0.40, -0.30, +nan, -0.35"
     assert claims.decide_mean("fast", [2.5], "speed-up") == INCONCLUSIVE     # one seed: no interval
     assert np.isnan(claims.table().set_index("id").low["fast"])
+
+
+def test_interval_or_nan_gives_the_interval_or_nan_where_the_values_cannot():
+    a, b = [1.0, 2.0, 4.0], [0.5, 1.5, 2.0]
+    assert interval_or_nan(paired_interval, a, b) == paired_interval(a, b)
+    assert interval_or_nan(median_interval, a) == median_interval(a)
+    with pytest.raises(ValueError):
+        median_interval([])                      # a dry run's empty list of logged periods
+    assert np.isnan(interval_or_nan(median_interval, [])).all()
+    assert np.isnan(interval_or_nan(lambda v: (v[0], v[5]), [1.0])).all()    # IndexError
+    with pytest.raises(KeyError):                # anything else is a bug, not a short run
+        interval_or_nan(lambda v: {}[v], "loss")

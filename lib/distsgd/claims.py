@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +113,17 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
     lo = x[0] if not np.isfinite(ci.low) else ci.low
     hi = x[-1] if not np.isfinite(ci.high) else ci.high
     return float(lo), float(hi)
+
+
+
+def interval_or_nan(helper: Callable[..., tuple[float, float]], *values: object) -> tuple[float, float]:
+    """`helper(*values)` (one of the intervals above), or (nan, nan) where the values cannot give
+    an interval, as a dry run's 2 steps (a paired t on one pair, no value for a median): the claim
+    is then decided inconclusive instead of the notebook failing."""
+    try:
+        return helper(*values)
+    except (ValueError, IndexError, ZeroDivisionError):
+        return float("nan"), float("nan")
 
 
 # --------------------------------------------------------------------------- the pre-registered test
