@@ -115,11 +115,11 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
     return float(lo), float(hi)
 
 
-
 def interval_or_nan(helper: Callable[..., tuple[float, float]], *values: object) -> tuple[float, float]:
     """`helper(*values)` (one of the intervals above), or (nan, nan) where the values cannot give
-    an interval, as a dry run's 2 steps (a paired t on one pair, no value for a median): the claim
-    is then decided inconclusive instead of the notebook failing."""
+    an interval, as after a dry run's 2 steps (no logged period for a median: ValueError; an empty
+    series: IndexError): the claim is then decided inconclusive instead of the notebook failing.
+    Any other error propagates."""
     try:
         return helper(*values)
     except (ValueError, IndexError, ZeroDivisionError):
