@@ -20,6 +20,13 @@ Steps (all by default; `--steps` picks some, in this order):
    "cuda"): one training step per row, the saved-for-backward bytes and the allocator's peak, beside the
    count on fake tensors made without a GPU (column ``fake_count_equal``) -> OUT/dropit_memory_gpu.csv,
    which notebook 03 shows as figures/03_dropit/paper_scale_memory_gpu.csv. About 30 s on an H200.
+6. `baseline`: the kit's S-SGD against PyTorch DDP (issue 37 item 2: a speedup over S-SGD is only as
+   honest as its baseline), `bench_schedules` with ssgd and ddp at their defaults (25 MB buckets) and
+   the benchmark's 2 MB pair (fusion, DDP): on this GPU (p = 1, NCCL; the host's cost of each) and on
+   this machine's otherwise idle CPU cores (gloo, p = 2, 4 and 8 up to the cores, one thread per rank,
+   both emulated networks; the MLP at p = 2, 4, 8, ResNet-18 with the default pair at p = 2, 4), where
+   the 2-core development machine cannot time p = 4 -> OUT/baseline.csv, and the ratio of each pair's
+   step times per repeat (the repeats interleave the cases) printed. About 4 minutes.
 
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
 `--device cpu --models mlp` runs steps 0, 1 and 3 on the CPU (gloo): the script's own check before
@@ -131,7 +138,39 @@ def dropit_memory(out: Path, args: argparse.Namespace) -> None:
     print(measured.to_string(index=False), flush=True)
 
 
-STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training, dropit_memory)}
+BASELINE_CASES = [{"algo": "ssgd", "label": "S-SGD"}, {"algo": "ddp", "label": "DDP"},
+                  {"algo": "fusion", "params": {"bucket_mb": 2.0}, "label": "tensor fusion"},
+                  {"algo": "ddp", "params": {"bucket_mb": 2.0}, "label": "DDP 2 MB"}]
+BASELINE_PAIRS = [("S-SGD", "DDP"), ("tensor fusion", "DDP 2 MB")]
+
+
+def baseline(out: Path, args: argparse.Namespace) -> None:
+    import os
+
+    import pandas as pd
+
+    from distsgd.bench_schedules import NETWORKS, bench_schedules
+    cores = len(os.sched_getaffinity(0))
+    nprocs = [p for p in (2, 4, 8) if p <= cores] or [2]
+    frames = []
+    if args.device == "cuda":
+        frames.append(bench_schedules(models=args.models, cases=BASELINE_CASES, nprocs=[1], networks={"real": None},
+                                      batch_size=VALIDATION_BATCH, steps=16, warmup=8, repeats=3, backend="nccl"))
+    # the MLP (few large tensors) with both pairs at every p; ResNet-18 (62 small tensors, ~0.3 s a step on
+    # one core) with the defaults' pair at p <= 4 (~2 minutes)
+    for model, cases, ps in (("mlp", BASELINE_CASES, nprocs), ("resnet18", BASELINE_CASES[:2], nprocs[:2])):
+        if args.device == "cuda" or model == "mlp":
+            frames.append(bench_schedules(models=[model], cases=cases, nprocs=ps, networks=NETWORKS, batch_size=16,
+                                          steps=8, warmup=3, repeats=3 if args.device == "cuda" else 1))
+    table = pd.concat(frames, ignore_index=True)
+    table.to_csv(out / "baseline.csv", index=False)
+    keys = ["backend", "model", "nproc", "net_name", "repeat"]
+    step = table[table.label != "compute"].set_index(keys + ["label"]).step_s.unstack("label")
+    ratios = pd.DataFrame({f"{a} / {b}": step[a] / step[b] for a, b in BASELINE_PAIRS})
+    print(ratios.groupby(level=keys[:-1]).agg(["median", "min", "max"]).round(3).to_string(), flush=True)
+
+
+STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training, dropit_memory, baseline)}
 
 
 def main() -> int:

@@ -168,3 +168,21 @@ def test_hook_overlap_times_both_futures_and_reports_their_ratio():
                           "--reps", "1", "--steps", "1", "--warmup", "1", "--batch-size", "4"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "finished / pending future:" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.multiproc
+def test_gpu_checks_baseline_step_times_ssgd_and_ddp_in_pairs(tmp_path):
+    """reproduce/gpu_check.py's `baseline` (S-SGD against PyTorch DDP), in its CPU form: one row per
+    case and network, both pairs present, and the pairs' ratios printed (it runs on a GPU session
+    only otherwise, where a defect would cost device time)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, os.path.join(repo, "reproduce", "gpu_check.py"), str(tmp_path),
+                           "--device", "cpu", "--models", "mlp", "--steps", "baseline"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.path.join(repo, "lib")})
+    assert proc.returncode == 0 and "baseline FAILED" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "baseline.csv", keep_default_na=False)
+    timed = table[table.label != "compute"]
+    assert sorted(set(timed.label)) == ["DDP", "DDP 2 MB", "S-SGD", "tensor fusion"]
+    assert sorted(set(timed.net_name)) == ["10GbE-like", "IB-like"] and len(timed) == 8
+    assert (timed.step_s > 0).all()
+    assert "S-SGD / DDP" in proc.stdout and "tensor fusion / DDP 2 MB" in proc.stdout
