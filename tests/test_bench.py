@@ -186,3 +186,19 @@ def test_gpu_checks_baseline_step_times_ssgd_and_ddp_in_pairs(tmp_path):
     assert sorted(set(timed.net_name)) == ["10GbE-like", "IB-like"] and len(timed) == 8
     assert (timed.step_s > 0).all()
     assert "S-SGD / DDP" in proc.stdout and "tensor fusion / DDP 2 MB" in proc.stdout
+
+
+def test_timing_problem_names_the_first_check_that_fails():
+    """The precheck of 06's and 07's timing claims (`bench_schedules.timing_problem`): the clock's
+    noise first, then a network that cannot be emulated, then the decoupled collectives' cost."""
+    from distsgd.bench_schedules import timing_problem
+    ok = pd.DataFrame([dict(model="mlp", net_name="10GbE-like", real_s=0.001, modeled_s=0.01, emulable=True)])
+    bad = ok.assign(model="resnet18", real_s=0.008, emulable=False)
+    assert timing_problem(0.01, 0.05, ok) is None
+    assert timing_problem(0.10, 0.05, bad).startswith("compute-time CV 10% > 5%")
+    assert timing_problem(0.01, 0.05, pd.concat([ok, bad])) == (
+        "10GbE-like not emulable here for resnet18: real all-reduce 8.0 ms vs modeled 10.0 ms")
+    assert timing_problem(0.01, 0.05, ok, decoupling=2.5, max_decoupling=2.0).startswith(
+        "this backend's reduce-scatter + all-gather take 2.5x its all-reduce")
+    assert timing_problem(0.01, 0.05, ok, decoupling=1.5, max_decoupling=2.0) is None
+    assert timing_problem(0.01, 0.05, ok.iloc[:0], decoupling=2.5) is None     # no decoupled schedule

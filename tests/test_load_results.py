@@ -120,3 +120,17 @@ def test_missing_or_empty_directory_is_a_clear_error(tmp_path, make, says) -> No
     proc = subprocess.run([sys.executable, "-m", "distsgd", "results", str(directory)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(LIB)})
     assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_step_seconds_are_each_logged_intervals_time_per_step_after_a_warmup():
+    """`Result.step_seconds` (notebooks 01 and 08 pair runs interval by interval with it) and the
+    median that `steady_step_time` takes of it; no run needed."""
+    from distsgd.results import Result
+    metrics = pd.DataFrame({"step": [5, 10, 20, 30], "wall_s": [1.0, 2.0, 2.5, 4.5]})
+    r = Result(Path("."), Config(), {"step_time_s": 9.0}, metrics)
+    assert list(r.step_seconds().index) == [10, 20, 30]
+    assert list(r.step_seconds()) == pytest.approx([0.2, 0.05, 0.2])
+    assert list(r.step_seconds(after=10).index) == [20, 30]
+    assert r.steady_step_time() == pytest.approx(0.2)
+    one_row = Result(Path("."), Config(), {"step_time_s": 9.0}, metrics.iloc[:1])
+    assert one_row.step_seconds().empty and one_row.steady_step_time() == 9.0

@@ -491,6 +491,26 @@ def emulation_headroom(df: pd.DataFrame, reps: int = 5, margin: float = 2.0, bac
     return pd.DataFrame(rows)
 
 
+def timing_problem(noise: float, noise_max: float, headroom: pd.DataFrame, decoupling: float = 0.0,
+                   max_decoupling: float = float("inf")) -> str | None:
+    """Why a timing claim cannot be decided on this machine, from the checks made before the claim's
+    own measurement (a claim's `precheck`), or None. The first that fails: the compute clock's largest
+    coefficient of variation `noise` (`timing_noise`) above `noise_max`; a network in `headroom`'s
+    rows (`emulation_headroom`, cut to the claim's models and networks) not emulable; the backend's
+    (reduce-scatter + all-gather) / all-reduce time `decoupling` above `max_decoupling` (for a claim
+    on a schedule that decouples the two, as DeAR)."""
+    if noise > noise_max:
+        return f"compute-time CV {noise:.0%} > {noise_max:.0%}: the clock was not steady (other work, or a shared virtual CPU)"
+    for h in headroom.itertuples():
+        if not h.emulable:
+            return (f"{h.net_name} not emulable here for {h.model}: real all-reduce {1e3 * h.real_s:.1f} ms vs "
+                    f"modeled {1e3 * h.modeled_s:.1f} ms")
+    if decoupling > max_decoupling:
+        return (f"this backend's reduce-scatter + all-gather take {decoupling:.1f}x its all-reduce "
+                f"(> {max_decoupling}; NCCL's ring: ~1)")
+    return None
+
+
 # ---------------------------------------------------------------------- the DDP hook's overlap
 def _time_hook(rank: int, model_name: str, pending: bool, net: str, ratio: float, batch_size: int,
                steps: int, warmup: int) -> float:

@@ -466,12 +466,19 @@ class Result:
         """Every collective of every rank (the ledger)."""
         return pd.read_csv(self.path / "comm.csv")
 
-    def steady_step_time(self) -> float:
-        """Median seconds per step over the logged intervals (from the first logged step on):
-        unlike summary["step_time_s"] (training time / steps), not moved by the first steps'
-        set-up (connections, caches) or by one stall of a shared machine."""
+    def step_seconds(self, after: int = 0) -> pd.Series:
+        """Seconds per step of each logged interval (its wall-clock time over its steps), indexed
+        by the interval's last step, for the intervals that end after step `after` (a warm-up to
+        leave out); the first logged row only starts the clock."""
         m = self.metrics
-        rate = (m.wall_s.diff() / m.step.diff()).iloc[1:]
+        rate = pd.Series((m.wall_s.diff() / m.step.diff()).to_numpy(), index=m.step.to_numpy()).iloc[1:]
+        return rate[rate.index > after]
+
+    def steady_step_time(self) -> float:
+        """Median seconds per step over the logged intervals (`step_seconds`, from the first logged
+        step on): unlike summary["step_time_s"] (training time / steps), not moved by the first
+        steps' set-up (connections, caches) or by one stall of a shared machine."""
+        rate = self.step_seconds()
         return float(rate.median()) if len(rate) else float(self.summary["step_time_s"])
 
     @property
