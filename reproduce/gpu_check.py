@@ -29,13 +29,14 @@ Steps (all by default; `--steps` picks some, in this order):
    step times per repeat (the repeats interleave the cases) printed. About 4 minutes.
 
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
-`--device cpu --models mlp` runs steps 0, 1 and 3 on the CPU (gloo): the script's own check before
-device time is spent, not a result.
+`--device cpu --models mlp` runs steps 0, 1, 3 and 6 on the CPU (gloo; step 6 with the MLP only, one
+repeat): the script's own check before device time is spent, not a result.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -145,8 +146,6 @@ BASELINE_PAIRS = [("S-SGD", "DDP"), ("tensor fusion", "DDP 2 MB")]
 
 
 def baseline(out: Path, args: argparse.Namespace) -> None:
-    import os
-
     import pandas as pd
 
     from distsgd.bench_schedules import NETWORKS, bench_schedules

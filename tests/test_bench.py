@@ -178,7 +178,8 @@ def test_gpu_checks_baseline_step_times_ssgd_and_ddp_in_pairs(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, os.path.join(repo, "reproduce", "gpu_check.py"), str(tmp_path),
                            "--device", "cpu", "--models", "mlp", "--steps", "baseline"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.path.join(repo, "lib")})
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.path.join(repo, "lib")})
     assert proc.returncode == 0 and "baseline FAILED" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "baseline.csv", keep_default_na=False)
     timed = table[table.label != "compute"]

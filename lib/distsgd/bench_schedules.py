@@ -500,7 +500,8 @@ def timing_problem(noise: float, noise_max: float, headroom: pd.DataFrame, decou
     (reduce-scatter + all-gather) / all-reduce time `decoupling` above `max_decoupling` (for a claim
     on a schedule that decouples the two, as DeAR)."""
     if noise > noise_max:
-        return f"compute-time CV {noise:.0%} > {noise_max:.0%}: the clock was not steady (other work, or a shared virtual CPU)"
+        return (f"compute-time CV {noise:.0%} > {noise_max:.0%}: the clock was not steady (other work, or a shared "
+                "virtual CPU)")
     for h in headroom.itertuples():
         if not h.emulable:
             return (f"{h.net_name} not emulable here for {h.model}: real all-reduce {1e3 * h.real_s:.1f} ms vs "
