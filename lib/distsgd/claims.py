@@ -118,8 +118,8 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
 def interval_or_nan(helper: Callable[..., tuple[float, float]], *values: object) -> tuple[float, float]:
     """`helper(*values)` (one of the intervals above), or (nan, nan) where the values cannot give
     an interval, as after a dry run's 2 steps (no logged period for a median: ValueError; an empty
-    series: IndexError): the claim is then decided inconclusive instead of the notebook failing.
-    Any other error propagates."""
+    series: IndexError; a ratio over nothing: ZeroDivisionError): the claim is then decided
+    inconclusive instead of the notebook failing. Any other error propagates."""
     try:
         return helper(*values)
     except (ValueError, IndexError, ZeroDivisionError):
