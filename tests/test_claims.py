@@ -13,7 +13,8 @@ from scipy import stats
 from distsgd.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
                             registration_folder, accuracy_difference_interval,
                             accuracy_resolution, interval_or_nan, ledger_mismatches, load_ledger,
-                            median_interval, paired_interval, welch_interval, wilson_interval)
+                            median_interval, paired_accuracy_interval, paired_accuracy_resolution,
+                            paired_interval, welch_interval, wilson_interval)
 
 AT_LEAST_2 = Test("speed-up", ">=", 2.0, "median of 9 pairs")
 AT_MOST_0 = Test("loss gap", "<=", 0.0, "paired t over 5 seeds")
@@ -148,6 +149,55 @@ def test_accuracy_intervals() -> None:
     assert lo < 0 < 0.02 < hi and hi - 0.02 != pytest.approx(0.02 - lo, abs=1e-4)
     assert accuracy_resolution(0.95, 400) == pytest.approx(3.1, abs=0.1)
     assert accuracy_resolution(0.95, 40000) == pytest.approx(0.30, abs=0.01)
+
+
+def two_methods(rng: np.random.Generator, seeds: int, n: int, shift: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example correctness of two methods over seeds on one test set: each example has its own
+    difficulty, each seed its own offset; b is a's model with `shift` more probability of error."""
+    difficulty = rng.normal(-3.0, 1.5, n)                    # logit of an error: ~7% errors
+    offset = rng.normal(0.0, 0.2, (seeds, 1))
+    p_err = 1 / (1 + np.exp(-(difficulty + offset)))
+    u = rng.random((seeds, n))
+    return (u >= p_err).astype(float), (u >= p_err + shift).astype(float)
+
+
+def test_paired_accuracy_interval_covers_the_difference_and_is_narrower_than_unpaired() -> None:
+    rng = np.random.default_rng(1)
+    hits, widths = [], []
+    for _ in range(300):
+        a, b = two_methods(rng, 5, 1000, shift=0.01)          # b: 1 point less accurate than a
+        lo, hi = paired_accuracy_interval(a, b)
+        hits.append(lo <= 1.0 <= hi)
+        widths.append(hi - lo)
+    assert np.mean(hits) >= 0.93                             # conservative: at least its level
+    newcombe = accuracy_difference_interval(a.mean(), b.mean(), 1000)
+    assert np.median(widths) < 0.5 * 100 * (newcombe[1] - newcombe[0])
+    same = paired_accuracy_interval(a, a)                    # no disagreement: the point itself
+    assert same == (0.0, 0.0)
+    with pytest.raises(ValueError):                          # one seed: no seed variance
+        paired_accuracy_interval(a[:1], b[:1])
+
+
+def test_decide_paired_accuracy_decides_on_the_paired_interval_in_points() -> None:
+    a, b = two_methods(np.random.default_rng(2), 5, 1000, shift=0.02)   # b: 2 points less accurate
+    claims = Claims("99_demo")
+    claims.register("close", "a within 1 point of b", "", Test("acc a - b (points)", ">=", -1.0, "paired"))
+    claims.register("ahead", "a ahead of b", "", Test("acc a - b (points)", ">=", 0.0, "paired"))
+    claims.register("one_seed", "a ahead of b", "", Test("acc a - b (points)", ">=", 0.0, "paired"))
+    claims.preregister(dry_run=True)
+    assert claims.decide_paired_accuracy("close", a, b, "a", "b") == REPRODUCED
+    assert claims.decide_paired_accuracy("ahead", b, a, "b", "a") == CONTRADICTED     # 2 points behind
+    assert claims.decide_paired_accuracy("one_seed", a[:1], b[:1], "a", "b") == INCONCLUSIVE
+    row = claims.table().set_index("id").loc["ahead"]
+    assert (row.low, row.high) == pytest.approx(paired_accuracy_interval(b, a))
+    assert row.estimate == pytest.approx(100 * (b.mean() - a.mean()))
+    assert "mean of 5 seeds, 1000 test images" in row.measured and row.measured.count(",") >= 5
+
+
+def test_paired_accuracy_resolution_shrinks_with_examples_and_seeds() -> None:
+    assert paired_accuracy_resolution(0.97, 1000, 5) == pytest.approx(
+        100 * 1.96 * np.sqrt(0.06 / 5000), rel=1e-3)        # 0.68 points
+    assert paired_accuracy_resolution(0.97, 1000, 1) > 2 * paired_accuracy_resolution(0.97, 1000, 5)
 
 
 def test_median_interval_takes_the_order_statistics_of_its_level() -> None:

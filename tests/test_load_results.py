@@ -66,6 +66,9 @@ def test_one_row_per_run_with_status_config_and_totals(runs) -> None:
             assert r[key] == pytest.approx(result.summary[key]), key
         assert (r.nproc, r.steps, r.steps_done, r.lr, r.model) == (2, 20, 20, 0.1, "mlp")
         assert r.config_hash == result.config.hash() and result.path.name.endswith(r.config_hash)
+        correct = result.test_correct()                      # per test example, over the ranks
+        assert correct.shape == (SMALL["eval_samples"],)       # the first eval_samples test images
+        assert correct.mean() == pytest.approx(result.summary["final_test_acc"])
         assert r.code_version == code_version() and r["env.torch"]
     local = row.loc[runs["local"].path.name]
     assert local["params.period"] == 4 and math.isnan(row.loc[runs["ssgd"].path.name, "params.period"])

@@ -101,6 +101,46 @@ def accuracy_resolution(accuracy: float, n: int) -> float:
     return 100 * (hi - lo) / 2
 
 
+def paired_accuracy_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
+                             level: float = LEVEL) -> tuple[float, float]:
+    """Interval, in accuracy points (0-100), of accuracy(a) - accuracy(b) from paired per-example
+    results: `a[s][i]`, `b[s][i]` whether method a's and b's final models of seed s classify test
+    example i correctly (0/1, or a fraction of ranks; `Result.test_correct`), every seed on the
+    same test examples.
+
+    The differences x[s, i] = a[s][i] - b[s][i] form a seeds x examples table (two crossed random
+    factors: the training seed and the test example). Its grand mean D estimates the difference of
+    accuracies; Var(D) = sigma_seed^2 / S + sigma_example^2 / N + sigma_residual^2 / (S N) is
+    bounded above by var(seed means) / S + var(example means) / N (the residual counted twice), which
+    is used, with Satterthwaite's degrees of freedom and `scipy.stats.t`. Pairing removes every
+    example both methods get right or wrong alike, so the interval is far narrower than that of two
+    accuracies compared as independent samples (`accuracy_difference_interval`). Needs two seeds
+    or more (ValueError)."""
+    x = np.asarray(a, float) - np.asarray(b, float)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise ValueError(f"paired_accuracy_interval needs seeds x examples with two or more of each, got {x.shape}")
+    seeds, examples = x.shape
+    v_seed = x.mean(axis=1).var(ddof=1) / seeds
+    v_example = x.mean(axis=0).var(ddof=1) / examples
+    se = math.sqrt(v_seed + v_example)
+    d = float(x.mean())
+    if se == 0:
+        return 100 * d, 100 * d
+    df = (v_seed + v_example) ** 2 / (v_seed ** 2 / (seeds - 1) + v_example ** 2 / (examples - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return 100 * (d - half), 100 * (d + half)
+
+
+def paired_accuracy_resolution(accuracy: float, n: int, seeds: int, level: float = LEVEL) -> float:
+    """Expected half-width, in points, of `paired_accuracy_interval` for two methods of equal
+    accuracy near `accuracy` on `n` test examples over `seeds` seeds, known before any run: each
+    seed's two models disagree on at most 2 (1 - accuracy) of the examples (their errors on
+    different examples), and a model's errors are assumed to fall on examples drawn anew by each
+    seed, so an example's mean difference over seeds has variance 2 (1 - accuracy) / seeds. State a
+    precheck where this is coarser than the claimed effect."""
+    return 100 * float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(2 * (1 - accuracy) / (n * seeds))
+
+
 def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
     """A distribution-free confidence interval for the median of `values` (`scipy.stats.
     quantile_test`: order statistics, e.g. x_(2), x_(8) for n = 9 at 0.95). Outliers move it
@@ -264,6 +304,20 @@ class Claims:
         low, high = mean_interval(finite) if len(finite) >= 2 else (math.nan, math.nan)
         estimate = float(finite.mean()) if len(finite) else math.nan
         return self.decide(id, low, high, estimate, f"{unit} per seed: " + ", ".join(fmt.format(x) for x in v))
+
+    def decide_paired_accuracy(self, id: str, correct: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]],
+                               label: str, baseline_label: str) -> str:
+        """Decide a claim on accuracy(correct) - accuracy(baseline), in points, from per-example
+        results of the same seeds on the same test examples (`paired_accuracy_interval`; no
+        interval with fewer than two seeds): `correct[s]`, `baseline[s]` are seed s's
+        `Result.test_correct()`. `measured` gives both mean accuracies and every seed's
+        difference. Returns the verdict."""
+        a, b = np.asarray(correct, float), np.asarray(baseline, float)
+        low, high = interval_or_nan(paired_accuracy_interval, a, b)
+        per_seed = ", ".join(f"{100 * (x.mean() - y.mean()):+.1f}" for x, y in zip(a, b))
+        return self.decide(id, low, high, 100 * float(a.mean() - b.mean()),
+                           f"{label} {100 * a.mean():.2f}% vs {baseline_label} {100 * b.mean():.2f}% (mean of "
+                           f"{len(a)} seeds, {a.shape[-1]} test images); per seed {per_seed} points")
 
     def invariant(self, name: str, expected: str, measured: str, holds: bool) -> bool:
         """An identity that holds by construction: asserted by `check`, not a reproduced claim."""

@@ -11,6 +11,8 @@ A run directory `<results>/<name>-<hash>/` holds
                    written last. Strict JSON: a NaN or infinity is written as null (read back
                    as NaN by `read_summary`)
     comm.csv       every collective of every rank (the ledger), for systems analysis
+    test_correct.pt  which test examples each rank's final model classifies correctly (bool
+                   [ranks, examples]; classification only): `Result.test_correct`
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
     checkpoints/   while the run is unfinished: where it resumes (`distsgd.checkpoint`)
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from .divergence import NonFinite
 
 SUMMED = ("comm_bytes", "collectives", "global_reductions", "local_reductions")
+TEST_CORRECT = "test_correct.pt"    # per rank and test example: correctly classified at the end
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -266,11 +269,15 @@ def board_scalars(board: Any, row: dict[str, Any]) -> None:
     board.flush()
 
 
-def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger) -> None:
-    """A rank's final metrics and its ledger (its metrics rows are on disk already: `MetricsLog`)."""
+def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger,
+                       test_correct: "torch.Tensor | None" = None) -> None:
+    """A rank's final metrics, its ledger and which test examples its final model classifies
+    correctly (its metrics rows are on disk already: `MetricsLog`)."""
     ranks = run_dir / "ranks"
     write_json_atomic(ranks / f"final_rank{rank}.json", final)
     ledger.write_csv(ranks / f"comm_rank{rank}.csv")
+    if test_correct is not None:
+        save_tensors(ranks / f"test_correct_rank{rank}.pt", test_correct)
 
 
 PID_FILE = "pid_rank{rank}"             # '<host> <pid>' of a rank's process, in RUN_DIR/ranks
@@ -435,6 +442,10 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config,
     comm = pd.concat([pd.read_csv(ranks / f"comm_rank{r}.csv").assign(rank=r)
                       for r in range(world_size)], ignore_index=True)
     write_csv_atomic(run_dir / "comm.csv", comm)
+    if (ranks / "test_correct_rank0.pt").exists():
+        import torch
+        save_tensors(run_dir / TEST_CORRECT, torch.stack([load_tensors(ranks / f"test_correct_rank{r}.pt")
+                                                          for r in range(world_size)]))
     write_csv_atomic(run_dir / "metrics.csv", merged)
     write_json_atomic(run_dir / "summary.json", summary)   # last: marks the run finished
 
@@ -465,6 +476,17 @@ class Result:
     def comm(self) -> pd.DataFrame:
         """Every collective of every rank (the ledger)."""
         return pd.read_csv(self.path / "comm.csv")
+
+    def test_correct(self) -> np.ndarray:
+        """Per test example (in the split's order), the fraction of ranks whose final model
+        classifies it correctly: 0 or 1 where the ranks hold one model. Its mean is
+        summary["final_test_acc"]. Paired accuracy tests compare these between runs
+        (`claims.paired_accuracy_interval`)."""
+        path = self.path / TEST_CORRECT
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no per-example test results (a regression task, or a run "
+                                    "finished by an older version of distsgd)")
+        return load_tensors(path).double().mean(0).numpy()
 
     def step_seconds(self, after: int = 0) -> pd.Series:
         """Seconds per step of each logged interval (its wall-clock time over its steps), indexed

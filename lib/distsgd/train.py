@@ -45,21 +45,28 @@ def loss_fn(ds: DataSource, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.device,
-             limit: int | None) -> tuple[float, float]:
-    """Mean loss and accuracy (NaN for regression) of `model` on a split."""
+def scored(model: torch.nn.Module, ds: DataSource, split: str, device: torch.device,
+           limit: int | None) -> tuple[float, torch.Tensor | None]:
+    """Mean loss of `model` on a split and which examples it classifies correctly (a bool tensor
+    in the split's order, the first `limit`; None for regression)."""
     was_training = model.training
     model.eval()
-    total, loss_sum, correct = 0, 0.0, 0
+    total, loss_sum, correct = 0, 0.0, []
     for x, y in ds.eval_batches(split, 512, device, limit):
         out = model(x)
         loss_sum += loss_fn(ds, out, y).item() * len(y)
         if ds.task != "regression":
-            correct += (out.argmax(1) == y).sum().item()
+            correct.append((out.argmax(1) == y).cpu())
         total += len(y)
     model.train(was_training)
-    acc = correct / total if ds.task != "regression" else float("nan")
-    return loss_sum / total, acc
+    return loss_sum / total, torch.cat(correct) if correct else None
+
+
+def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.device,
+             limit: int | None) -> tuple[float, float]:
+    """Mean loss and accuracy (NaN for regression) of `model` on a split (`scored`)."""
+    loss, correct = scored(model, ds, split, device, limit)
+    return loss, float("nan") if correct is None else correct.double().mean().item()
 
 
 def steps_per_epoch(shard_sizes: list[int], batch_sizes: list[int]) -> int:
@@ -195,11 +202,11 @@ class Trainer:
             comm.assert_drained()
         train_s = time.perf_counter() - t0 - self.eval_s
         progress.close()
-        final = self.final_metrics(train_s)
+        final, test_correct = self.final_metrics(train_s)
         self.metrics.close()
         if board is not None:
             board.close()
-        results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger)
+        results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger, test_correct)
         comm.barrier()
         if comm.rank == 0:
             results.save_model(self.run_dir, self.model)
@@ -272,12 +279,14 @@ class Trainer:
             loss += 0.5 * self.config.weight_decay * sq
         return loss
 
-    def final_metrics(self, train_s: float) -> dict:
-        """Evaluation of the final model (after finalize) and totals of this rank."""
+    def final_metrics(self, train_s: float) -> tuple[dict, torch.Tensor | None]:
+        """Evaluation of the final model (after finalize) and totals of this rank, and which test
+        examples the final model classifies correctly (`scored`; None for regression)."""
         c = self.config
         train_loss, train_acc = evaluate(self.model, self.ds, "train", self.device, c.eval_samples)
-        test_loss, test_acc = evaluate(self.model, self.ds, "test", self.device, c.eval_samples)
-        return {"final_train_loss": train_loss, "final_train_acc": train_acc,
-                "final_test_loss": test_loss, "final_test_acc": test_acc,
-                "train_s": train_s, **self.comm.ledger.totals()}
+        test_loss, test_correct = scored(self.model, self.ds, "test", self.device, c.eval_samples)
+        test_acc = float("nan") if test_correct is None else test_correct.double().mean().item()
+        return ({"final_train_loss": train_loss, "final_train_acc": train_acc,
+                 "final_test_loss": test_loss, "final_test_acc": test_acc,
+                 "train_s": train_s, **self.comm.ledger.totals()}, test_correct)
 
