@@ -191,3 +191,29 @@ def test_a_run_directory_with_a_space_and_an_equals_sign(tmp_path):
     assert urlparse(local_rank_env(0, 2, rendezvous)[INIT_METHOD_ENV]).path == str(rendezvous)   # as torch reads it
     r = distsgd.run(out=str(out), **{**SMALL, "steps": 3, "timeout_s": 30.0})   # fails, not hangs
     assert r.summary["status"] == "finished" and str(r.path).startswith(str(out))
+
+
+def test_every_module_of_an_algorithms_package_is_imported_so_its_algorithms_register(tmp_path, monkeypatch):
+    """An algorithm added as a new module of `distsgd.algorithms` needs no edit elsewhere: the
+    package imports all its modules (`import_modules`), and `@register` does the rest."""
+    import pathlib
+
+    from distsgd.algorithms import REGISTRY, import_modules
+
+    package = tmp_path / "more_algorithms"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "alpha.py").write_text("HELPER = True\n")
+    (package / "zeta_rule.py").write_text(
+        "from distsgd.algorithms import register\nfrom distsgd.algorithms.ssgd import SSGD\n\n\n"
+        "@register\nclass Zeta(SSGD):\n    name = 'zeta_test_rule'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert import_modules("more_algorithms", [str(package)]) == ["alpha", "zeta_rule"]
+        assert REGISTRY["zeta_test_rule"].__module__ == "more_algorithms.zeta_rule"
+    finally:
+        REGISTRY.pop("zeta_test_rule", None)
+    # the kit's own package: every module that registers an algorithm is among the registered ones
+    folder = pathlib.Path(distsgd.algorithms.__file__).parent
+    registering = {p.stem for p in folder.glob("*.py") if "\n@register" in p.read_text()}
+    assert registering == {cls.__module__.rsplit(".", 1)[1] for cls in REGISTRY.values()}
