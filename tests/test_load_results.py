@@ -69,6 +69,9 @@ def test_one_row_per_run_with_status_config_and_totals(runs) -> None:
         correct = result.test_correct()                      # per test example, over the ranks
         assert correct.shape == (SMALL["eval_samples"],)       # the first eval_samples test images
         assert correct.mean() == pytest.approx(result.summary["final_test_acc"])
+        evaluated = result.test_correct("evaluated")         # the last step's evaluation (before finalize)
+        assert evaluated.shape == correct.shape
+        assert evaluated.mean() == pytest.approx(result.metrics.test_acc.iloc[-1])
         assert r.code_version == code_version() and r["env.torch"]
     local = row.loc[runs["local"].path.name]
     assert local["params.period"] == 4 and math.isnan(row.loc[runs["ssgd"].path.name, "params.period"])

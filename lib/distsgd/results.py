@@ -12,7 +12,8 @@ A run directory `<results>/<name>-<hash>/` holds
                    as NaN by `read_summary`)
     comm.csv       every collective of every rank (the ledger), for systems analysis
     test_correct.pt  which test examples each rank's final model classifies correctly (bool
-                   [ranks, examples]; classification only): `Result.test_correct`
+                   [ranks, examples]; classification only): `Result.test_correct`;
+                   test_correct_evaluated.pt the same of the model evaluated at the last step
     model.pt       the final model's state_dict (rank 0)
     ranks/         per-rank raw outputs and logs
     checkpoints/   while the run is unfinished: where it resumes (`distsgd.checkpoint`)
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
     from .divergence import NonFinite
 
 SUMMED = ("comm_bytes", "collectives", "global_reductions", "local_reductions")
-TEST_CORRECT = "test_correct.pt"    # per rank and test example: correctly classified at the end
+# per model, the file of which test examples each rank classifies correctly (`Result.test_correct`)
+TEST_CORRECT = {"final": "test_correct.pt", "evaluated": "test_correct_evaluated.pt"}
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -269,15 +271,22 @@ def board_scalars(board: Any, row: dict[str, Any]) -> None:
     board.flush()
 
 
+def rank_file(name: str, rank: int) -> str:
+    """A rank's own file of a run-level file `name`: test_correct.pt -> test_correct_rank3.pt."""
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}_rank{rank}{dot}{suffix}"
+
+
 def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger,
-                       test_correct: "torch.Tensor | None" = None) -> None:
-    """A rank's final metrics, its ledger and which test examples its final model classifies
-    correctly (its metrics rows are on disk already: `MetricsLog`)."""
+                       test_correct: "dict[str, torch.Tensor | None] | None" = None) -> None:
+    """A rank's final metrics, its ledger and, per model of `TEST_CORRECT`, which test examples
+    it classifies correctly (its metrics rows are on disk already: `MetricsLog`)."""
     ranks = run_dir / "ranks"
     write_json_atomic(ranks / f"final_rank{rank}.json", final)
     ledger.write_csv(ranks / f"comm_rank{rank}.csv")
-    if test_correct is not None:
-        save_tensors(ranks / f"test_correct_rank{rank}.pt", test_correct)
+    for model, correct in (test_correct or {}).items():
+        if correct is not None:
+            save_tensors(ranks / rank_file(TEST_CORRECT[model], rank), correct)
 
 
 PID_FILE = "pid_rank{rank}"             # '<host> <pid>' of a rank's process, in RUN_DIR/ranks
@@ -442,10 +451,11 @@ def merge_ranks(run_dir: Path, world_size: int, config: Config,
     comm = pd.concat([pd.read_csv(ranks / f"comm_rank{r}.csv").assign(rank=r)
                       for r in range(world_size)], ignore_index=True)
     write_csv_atomic(run_dir / "comm.csv", comm)
-    if (ranks / "test_correct_rank0.pt").exists():
-        import torch
-        save_tensors(run_dir / TEST_CORRECT, torch.stack([load_tensors(ranks / f"test_correct_rank{r}.pt")
-                                                          for r in range(world_size)]))
+    for name in TEST_CORRECT.values():
+        if (ranks / rank_file(name, 0)).exists():
+            import torch
+            save_tensors(run_dir / name, torch.stack([load_tensors(ranks / rank_file(name, r))
+                                                      for r in range(world_size)]))
     write_csv_atomic(run_dir / "metrics.csv", merged)
     write_json_atomic(run_dir / "summary.json", summary)   # last: marks the run finished
 
@@ -477,15 +487,19 @@ class Result:
         """Every collective of every rank (the ledger)."""
         return pd.read_csv(self.path / "comm.csv")
 
-    def test_correct(self) -> np.ndarray:
-        """Per test example (in the split's order), the fraction of ranks whose final model
-        classifies it correctly: 0 or 1 where the ranks hold one model. Its mean is
-        summary["final_test_acc"]. Paired accuracy tests compare these between runs
-        (`claims.paired_accuracy_interval`)."""
-        path = self.path / TEST_CORRECT
+    def test_correct(self, model: str = "final") -> np.ndarray:
+        """Per test example (in the split's order), the fraction of ranks whose model classifies
+        it correctly: 0 or 1 where the ranks hold one model. `model`: "final", the model after
+        `finalize` (the mean is summary["final_test_acc"]), or "evaluated", the model the
+        algorithm evaluates during the run (`Algorithm.evaluating`, e.g. SSD-SGD's local models)
+        at the last step (the mean is the last metrics row's test_acc; a run with eval_every = 0
+        has none). Paired accuracy tests compare these between runs (`claims.paired_accuracy_interval`)."""
+        if model not in TEST_CORRECT:
+            raise ValueError(f"test_correct model {model!r}: allowed values are {', '.join(TEST_CORRECT)}")
+        path = self.path / TEST_CORRECT[model]
         if not path.exists():
-            raise FileNotFoundError(f"{path}: no per-example test results (a regression task, or a run "
-                                    "finished by an older version of distsgd)")
+            raise FileNotFoundError(f"{path}: no per-example test results (a regression task, a run without "
+                                    "evaluations, or one finished by an older version of distsgd)")
         return load_tensors(path).double().mean(0).numpy()
 
     def step_seconds(self, after: int = 0) -> pd.Series:

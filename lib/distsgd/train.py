@@ -62,11 +62,16 @@ def scored(model: torch.nn.Module, ds: DataSource, split: str, device: torch.dev
     return loss_sum / total, torch.cat(correct) if correct else None
 
 
+def accuracy(correct: torch.Tensor | None) -> float:
+    """The fraction of examples classified correctly (`scored`'s tensor); NaN for regression."""
+    return float("nan") if correct is None else correct.double().mean().item()
+
+
 def evaluate(model: torch.nn.Module, ds: DataSource, split: str, device: torch.device,
              limit: int | None) -> tuple[float, float]:
     """Mean loss and accuracy (NaN for regression) of `model` on a split (`scored`)."""
     loss, correct = scored(model, ds, split, device, limit)
-    return loss, float("nan") if correct is None else correct.double().mean().item()
+    return loss, accuracy(correct)
 
 
 def steps_per_epoch(shard_sizes: list[int], batch_sizes: list[int]) -> int:
@@ -127,6 +132,7 @@ class Trainer:
         batches = type(self.algo).batch_sizes(self.algo.param_values(), c)
         self.epoch_steps = steps_per_epoch([len(s) for s in shards], batches)
         self.net = self.algo.setup(self.model, self.optimizer, comm, c, epoch_steps=self.epoch_steps)
+        self.evaluated_correct: torch.Tensor | None = None   # the last step's evaluation, per test example
 
     def batches(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's batch stream from its `start`-th batch on: the deterministic stream replayed
@@ -175,11 +181,13 @@ class Trainer:
                 if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
                     te = time.perf_counter()
                     with self.algo.evaluating():     # the model the algorithm's authors evaluate
-                        row["test_loss"], row["test_acc"] = evaluate(
-                            self.model, self.ds, "test", self.device, c.eval_samples)
+                        row["test_loss"], correct = scored(self.model, self.ds, "test", self.device, c.eval_samples)
+                        row["test_acc"] = accuracy(correct)
                         if c.eval_train:
                             row["train_objective"] = self.objective()
                     self.eval_s += time.perf_counter() - te
+                    if done == c.steps:
+                        self.evaluated_correct = correct
                 self.metrics.append(row)
                 if board is not None:
                     results.board_scalars(board, row)
@@ -206,7 +214,8 @@ class Trainer:
         self.metrics.close()
         if board is not None:
             board.close()
-        results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger, test_correct)
+        results.write_rank_outputs(self.run_dir, comm.rank, final, comm.ledger,
+                                   {"final": test_correct, "evaluated": self.evaluated_correct})
         comm.barrier()
         if comm.rank == 0:
             results.save_model(self.run_dir, self.model)
@@ -285,8 +294,7 @@ class Trainer:
         c = self.config
         train_loss, train_acc = evaluate(self.model, self.ds, "train", self.device, c.eval_samples)
         test_loss, test_correct = scored(self.model, self.ds, "test", self.device, c.eval_samples)
-        test_acc = float("nan") if test_correct is None else test_correct.double().mean().item()
         return ({"final_train_loss": train_loss, "final_train_acc": train_acc,
-                 "final_test_loss": test_loss, "final_test_acc": test_acc,
+                 "final_test_loss": test_loss, "final_test_acc": accuracy(test_correct),
                  "train_s": train_s, **self.comm.ledger.totals()}, test_correct)
 
