@@ -14,7 +14,8 @@ import pytest
 
 import distsgd
 from distsgd.config import Config
-from distsgd.results import code_version, prepare_run_dir
+from distsgd.results import code_version
+from distsgd.runner import prepare_run_dir
 
 SMALL = dict(model="mlp", data="digits", nproc=2, steps=20, batch_size=8, lr=0.1, log_every=5,
              eval_every=10, eval_samples=64, progress=False)

@@ -104,7 +104,7 @@ def accuracy_resolution(accuracy: float, n: int) -> float:
 def paired_accuracy_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
                              level: float = LEVEL) -> tuple[float, float]:
     """Interval, in accuracy points (0-100), of accuracy(a) - accuracy(b) from paired per-example
-    results: `a[s][i]`, `b[s][i]` whether method a's and b's final models of seed s classify test
+    results: `a[s][i]`, `b[s][i]` whether method a's and b's models of seed s classify test
     example i correctly (0/1, or a fraction of ranks; `Result.test_correct`), every seed on the
     same test examples.
 

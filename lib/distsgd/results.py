@@ -31,7 +31,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import socket
 import subprocess
 import sys
@@ -142,29 +141,6 @@ def environment_info() -> dict[str, Any]:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
     }
-
-
-def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> int | None:
-    """Run directory for `config`: stale outputs of an unfinished earlier attempt removed, its
-    latest complete checkpoint for this config and code version kept (the run resumes there)
-    when `resume`, else every checkpoint removed (the run starts from step 0). Returns the step
-    of the checkpoint the run resumes from, None for a start from step 0."""
-    from . import checkpoint        # late: it imports this module
-
-    for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt"):
-        (run_dir / stale).unlink(missing_ok=True)
-    ranks = run_dir / "ranks"
-    if ranks.exists():
-        for f in ranks.iterdir():
-            f.unlink()
-    ranks.mkdir(parents=True, exist_ok=True)
-    latest = checkpoint.latest(run_dir, config) if resume else None
-    checkpoint.keep(run_dir, latest)
-    if latest is None:                  # a fresh start: no TensorBoard scalars of an earlier one
-        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
-    write_json_atomic(run_dir / "config.json", config.to_dict())
-    write_json_atomic(run_dir / "env.json", environment_info())
-    return None if latest is None else checkpoint.step_of(latest)
 
 
 def finished_code_version(run_dir: Path, config: Config) -> str | None:

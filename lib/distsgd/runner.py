@@ -16,19 +16,20 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import data
+from . import checkpoint, data
 from .caps import Caps
 from .config import Config
 from .errors import DivergedError
 from .launch import adopt_slurm_env, launch, launcher_for
 from .paths import results_root
 from .preflight import preflight
-from .results import Result, code_version, finished_code_version, prepare_run_dir
+from .results import TEST_CORRECT, Result, code_version, environment_info, finished_code_version, write_json_atomic
 
 
 def run_dir_of(config: Config) -> Path:
@@ -117,6 +118,27 @@ def resolve_data(config: Config) -> Config:
     except FileNotFoundError:
         return config
     return config if options == config.data_options else dataclasses.replace(config, data_options=options)
+
+
+def prepare_run_dir(run_dir: Path, config: Config, resume: bool = True) -> int | None:
+    """Run directory for `config`: stale outputs of an unfinished earlier attempt removed, its
+    latest complete checkpoint for this config and code version kept (the run resumes there)
+    when `resume`, else every checkpoint removed (the run starts from step 0). Returns the step
+    of the checkpoint the run resumes from, None for a start from step 0."""
+    for stale in ("summary.json", "metrics.csv", "comm.csv", "model.pt", *TEST_CORRECT.values()):
+        (run_dir / stale).unlink(missing_ok=True)
+    ranks = run_dir / "ranks"
+    if ranks.exists():
+        for f in ranks.iterdir():
+            f.unlink()
+    ranks.mkdir(parents=True, exist_ok=True)
+    latest = checkpoint.latest(run_dir, config) if resume else None
+    checkpoint.keep(run_dir, latest)
+    if latest is None:                  # a fresh start: no TensorBoard scalars of an earlier one
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(run_dir / "env.json", environment_info())
+    return None if latest is None else checkpoint.step_of(latest)
 
 
 def _prepare(run_dir: Path, config: Config, force: bool) -> None:
