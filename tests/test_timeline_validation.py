@@ -3,7 +3,7 @@
 Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
 emulated network where the emulation has headroom: the simulator's step time (profile scaled to
 the compute measured at that p, the benchmark's own network, the per-call overheads measured at the
-start of the run, `timeline.overheads`) within `projection.RESOLUTION` (15%)
+start of the run, `timeline.overheads`) within `timeline.validate.RESOLUTION` (15%)
 of the measured median. The failure message is the table of every pair.
 """
 from pathlib import Path
@@ -13,7 +13,6 @@ import pytest
 
 from distsgd.layer_profile import Layer, Profile
 from distsgd.paths import repo_root
-from distsgd.projection import RESOLUTION
 from distsgd.timeline import validate as v
 
 
@@ -59,7 +58,7 @@ def test_predict_unscaled_keeps_the_profiles_own_compute():
 def test_simulator_predicts_every_schedule_within_the_resolution():
     table, bench, headroom = v.validate(models=("mlp",), nprocs=(2, 4))
     v.save(table, repo_root(Path(__file__).parent) / "figures" / "10_systems_benchmark" / "timeline_validation.csv")
-    report = v.report(table, RESOLUTION)
+    report = v.report(table, v.RESOLUTION)
     ov = table.attrs["overheads"]
     print(f"overheads measured at the start: issue {1e6 * ov.issue_s:.1f} us, copy {ov.copy_Bps / 1e9:.2f} GB/s, "
           f"SSD-SGD rule {ov.ssd_rule:.2f} / server step {ov.ssd_server:.2f} of a step, real transfers "
@@ -72,8 +71,8 @@ def test_simulator_predicts_every_schedule_within_the_resolution():
     checked = table[table.validated]
     assert set(checked.label) == {c["label"] for c in v.cases_for(2)}, \
         f"fewer than 2 cores here: nothing can be validated\n{report}"
-    bad = checked[checked.residual.abs() > RESOLUTION]
-    assert bad.empty, f"{len(bad)} of {len(checked)} validated pairs outside ±{RESOLUTION:.0%}:\n{report}"
+    bad = checked[checked.residual.abs() > v.RESOLUTION]
+    assert bad.empty, f"{len(bad)} of {len(checked)} validated pairs outside ±{v.RESOLUTION:.0%}:\n{report}"
 
 
 def test_fit_collective_times_recovers_the_network():

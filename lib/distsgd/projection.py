@@ -18,8 +18,8 @@ survey_error.csv`, docs/simulator_error.md). The rule, fixed before any projecti
 - A setting that a term's schedule or fabric leaves uncovered is inconclusive with that reason,
   known before the projection (`register`: a precheck). The band is named in the row's test.
 
-`RESOLUTION` (15%) stays the target bound of the simulator against this machine's own measured
-step times (tests/test_timeline_validation.py, `make validate`); it decides no projected claim.
+The simulator's bound against this machine's own measured step times (`timeline.validate.
+RESOLUTION`, 15%) decides no projected claim.
 """
 from __future__ import annotations
 
@@ -40,8 +40,6 @@ from .timeline.simulate import Prediction, simulate
 from .timeline.survey import ERROR_CSV, FABRICS, METHODS
 from .timeline.sweep import find_profile, sweep
 from .timeline.topology import Topology
-
-RESOLUTION = 0.15   # the simulator's target bound on this machine's step times (tests/test_timeline_validation.py)
 
 
 @dataclass(frozen=True)
