@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
-VERDICTS = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)
+from .verdicts import CONTRADICTED, INCONCLUSIVE, REPRODUCED, VERDICTS
+
 CLAIM_COLUMNS = ["id", "claim", "paper", "test", "estimate", "low", "high", "measured", "verdict", "reason"]
 INVARIANT_COLUMNS = ["invariant", "expected", "measured", "holds"]
 LEVEL = 0.95

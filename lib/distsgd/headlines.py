@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claims import CONTRADICTED, INCONCLUSIVE, REPRODUCED
+from .verdicts import CONTRADICTED, INCONCLUSIVE, REPRODUCED
 
 HOWS = {"measured": "measured here (small scale)",
         "projected": "projected to the paper's setting, within the simulator's measured error",
