@@ -76,31 +76,6 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float,
     return float(ci.low), float(ci.high)
 
 
-def wilson_interval(accuracy: float, n: int, level: float = LEVEL) -> tuple[float, float]:
-    """Wilson score interval of an accuracy measured on `n` test samples."""
-    ci = stats.binomtest(round(accuracy * n), n).proportion_ci(level, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def accuracy_difference_interval(acc_a: float, acc_b: float, n: int,
-                                 level: float = LEVEL) -> tuple[float, float]:
-    """Interval of acc_a - acc_b, two accuracies each measured on `n` test samples: Newcombe's
-    hybrid score interval (method 10), built from the two Wilson intervals. It treats the two
-    evaluations as independent, which is conservative for two models scored on the same samples."""
-    (la, ua), (lb, ub) = wilson_interval(acc_a, n, level), wilson_interval(acc_b, n, level)
-    d = acc_a - acc_b
-    return (d - math.sqrt((acc_a - la) ** 2 + (ub - acc_b) ** 2),
-            d + math.sqrt((ua - acc_a) ** 2 + (acc_b - lb) ** 2))
-
-
-def accuracy_resolution(accuracy: float, n: int) -> float:
-    """Half-width, in accuracy points (0-100), of the interval of a difference of two accuracies
-    near `accuracy`, each on `n` test examples. A claimed effect finer than this cannot be decided
-    by the test set, whatever the runs measure: state it as a precheck before the run."""
-    lo, hi = accuracy_difference_interval(accuracy, accuracy, n)
-    return 100 * (hi - lo) / 2
-
-
 def paired_accuracy_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
                              level: float = LEVEL) -> tuple[float, float]:
     """Interval, in accuracy points (0-100), of accuracy(a) - accuracy(b) from paired per-example
@@ -114,8 +89,8 @@ def paired_accuracy_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[
     bounded above by var(seed means) / S + var(example means) / N (the residual counted twice), which
     is used, with Satterthwaite's degrees of freedom and `scipy.stats.t`. Pairing removes every
     example both methods get right or wrong alike, so the interval is far narrower than that of two
-    accuracies compared as independent samples (`accuracy_difference_interval`). Needs two seeds
-    or more (ValueError)."""
+    accuracies compared as independent samples (a 1-point difference near 95% on 1,000 images:
+    about ±0.9 points over 5 seeds against ±1.9 unpaired). Needs two seeds or more (ValueError)."""
     x = np.asarray(a, float) - np.asarray(b, float)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
         raise ValueError(f"paired_accuracy_interval needs seeds x examples with two or more of each, got {x.shape}")
