@@ -16,7 +16,7 @@ Steps (all by default; `--steps` picks some, in this order):
    benchmark's rows -> OUT/gpu_bench.csv; the profiles it measured -> OUT/profiles/<GPU>/.
 4. `training`: training over NCCL end to end (`python -m distsgd train --backend nccl --device cuda --nproc 1`),
    S-SGD and DeAR -> their summaries in OUT/train_<algo>.json.
-5. `dropit_memory`: DropIT's memory at the paper's setting (`memory.paper_scale.dropit_memory_table` on
+5. `dropit_memory`: DropIT's memory at the paper's setting (`dropit_paper_scale.dropit_memory_table` on
    "cuda"): one training step per row, the saved-for-backward bytes and the allocator's peak, beside the
    count on fake tensors made without a GPU (column ``fake_count_equal``) -> OUT/dropit_memory_gpu.csv,
    which notebook 03 shows as figures/03_dropit/paper_scale_memory_gpu.csv. About 30 s on an H200.
@@ -130,7 +130,7 @@ def training(out: Path, args: argparse.Namespace) -> None:
 
 
 def dropit_memory(out: Path, args: argparse.Namespace) -> None:
-    from distsgd.memory.paper_scale import dropit_memory_table
+    from distsgd.dropit_paper_scale import dropit_memory_table
     measured = dropit_memory_table(args.device, fake=False)
     counted = dropit_memory_table(args.device, fake=True)
     measured["fake_count_equal"] = ((measured.saved_bytes == counted.saved_bytes)

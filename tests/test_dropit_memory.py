@@ -18,7 +18,7 @@ from torch import nn
 
 from distsgd.memory import SavedTensorMeter, dropit, kept_count
 from distsgd.memory.measure import autocast
-from distsgd.memory.paper_scale import dropit_memory_table, summary
+from distsgd.dropit_paper_scale import dropit_memory_table, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 HALF = (torch.bfloat16, torch.float16)

@@ -3,7 +3,7 @@
 Chen et al., "DropIT: Dropping Intermediate Tensors for Memory-Efficient DNN Training", ICLR 2023,
 arXiv 2202.13808; v1 abstract: "saving 20% GPU memory". `dropit_memory_table` gives, per model,
 precision and method (the baseline, DropIT min-k at γ = 0.9 with the stem and head exempt as the
-authors run it), the bytes autograd saves for backward in one training step (`measure`):
+authors run it), the bytes autograd saves for backward in one training step (`memory.measure`):
 
 - counted on fake tensors (``fake=True``): exact and without running a kernel, for the kernel and
   autocast choices of `device` (``"cuda"`` on a machine without a GPU too), in seconds;
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..models import build_model
-from .measure import ActivationMemory, count_activation_memory, measure_activation_memory
+from .memory.measure import ActivationMemory, count_activation_memory, measure_activation_memory
+from .models import build_model
 
 PAPER_BATCH = {"vit_tiny": 512, "resnet18": 256}      # per GPU; sources in the module doc
 PAPER_INPUT = (3, 224, 224)
