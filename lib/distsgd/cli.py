@@ -361,6 +361,11 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
     w.add_argument("--plot", type=Path, default=None, metavar="F.png",
                    help="throughput vs workers per schedule (.png, .pdf, .svg)")
     w.add_argument("--trace", type=Path, default=None, help="folder for one Chrome trace per configuration")
+    w.add_argument("--steps", type=int, default=0, metavar="N",
+                   help="with --collectives: list every collective of a run of N steps from a fresh start")
+    w.add_argument("--collectives", type=Path, default=None, metavar="F.csv",
+                   help="write every collective the simulator charges (the columns of a run's comm.csv that "
+                        "do not depend on wall time), per configuration, for --steps N")
 
 
 def parse_servers(text: str) -> int | str:
@@ -391,6 +396,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     effects, overheads = scale_effects(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
     if args.plot is not None:
         whatif.check_plot_path(args.plot)
+    if (args.collectives is None) != (args.steps == 0):
+        raise ConfigError("steps", args.steps, "N >= 1 together with --collectives FILE (and 0 without it)")
     answer = whatif.what_if(args.model, args.batch_size, split_list(args.algos, "algos"), nprocs, args.net,
                             iter_time=args.iter_time, throughput=args.throughput, device=args.device,
                             seq_len=args.seq_len, profile_csv=args.profile, nccl_log=args.nccl_tests,
@@ -398,7 +405,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                             intra=args.intra,
                             params=parse_assignments(args.set, "set"), trace_dir=args.trace,
                             hierarchical=args.hierarchical, servers=servers, effects=effects,
-                            overheads=overheads)
+                            overheads=overheads, collectives_steps=args.steps if args.collectives else 0)
     if answer.fit is not None:
         print(answer.fit.describe())
     print(f"profile: {answer.source}")
@@ -411,6 +418,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           "schedule and fabric (docs/simulator_error.md); the CSV has the step-time range it gives")
     if args.plot is not None:
         answer.plot(args.plot)
+    if answer.collectives is not None:
+        args.collectives.parent.mkdir(parents=True, exist_ok=True)
+        answer.collectives.to_csv(args.collectives, index=False)
+        print(f"wrote {args.collectives}: {len(answer.collectives)} collectives")
     print(f"wrote {args.csv}" + (f" and {args.plot}" if args.plot else "")
           + (f" and traces in {args.trace}" if args.trace else ""))
     for line in answer.recommend():

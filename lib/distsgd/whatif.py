@@ -52,6 +52,8 @@ from .paths import repo_root
 from .projection import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
 from .timeline.overheads import Overheads
+from .timeline.driver import COLLECTIVE_COLUMNS
+from .timeline.simulate import collectives
 from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep
 
 __all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input_shape", "iteration_seconds",
@@ -189,6 +191,7 @@ class WhatIf:
     profile: Profile
     source: str
     fit: NcclFit | None
+    collectives: pd.DataFrame | None = None    # with collectives_steps: every configuration's
 
     def recommend(self) -> list[str]:
         """`recommend` of the table."""
@@ -205,25 +208,35 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
             nccl_log: str | Path | None = None, nccl_min_bytes: int = 0, gpus_per_node: int = 1,
             intra: str = "", params: dict[str, Any] | None = None, trace_dir: Path | None = None,
             hierarchical: bool = False, servers: int | str | None = None, effects: Effects = WHATIF,
-            overheads: Overheads | None = MESSAGE_OVERHEADS) -> WhatIf:
+            overheads: Overheads | None = MESSAGE_OVERHEADS, collectives_steps: int = 0) -> WhatIf:
     """Your compute (`iteration_seconds`, `choose_profile`), your network(s) (`your_networks`) and
     topology (`gpus_per_node` ranks per node over `intra`, which one GPU per node ignores;
     `hierarchical` all-reduces and PS `servers` as `Topology`'s), `algos` x `nprocs` x networks
     simulated (`timeline.sweep`, with the scale `effects` and per-call `overheads`, by default the
     what-if defaults of `timeline.effects`, `OFF` / None to switch them off; Chrome traces in
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
-    schedule and network beside it (`projection.with_measured_error`). Every argument is checked before the
-    profile is built or anything is simulated."""
+    schedule and network beside it (`projection.with_measured_error`). With `collectives_steps` N > 0,
+    also every collective each configuration charges in a run of N steps (`timeline.simulate.collectives`,
+    columns algo, nproc, net first). Every argument is checked before the profile is built or
+    anything is simulated."""
     intra = intra if gpus_per_node != 1 else ""
     compute_s = iteration_seconds(batch_size, iter_time, throughput)
     if isinstance(nccl_min_bytes, bool) or not isinstance(nccl_min_bytes, int) or nccl_min_bytes < 0:
         raise ConfigError("nccl_min_bytes", nccl_min_bytes, "an integer >= 0")
+    if isinstance(collectives_steps, bool) or not isinstance(collectives_steps, int) or collectives_steps < 0:
+        raise ConfigError("steps", collectives_steps, "an integer >= 0 (0: no list of collectives)")
     networks, fit = your_networks(nets, nccl_log, nccl_min_bytes)
-    check_sweep(algos, nprocs, networks, params, gpus_per_node, intra, hierarchical, servers)
+    per_algo, topologies = check_sweep(algos, nprocs, networks, params, gpus_per_node, intra, hierarchical, servers)
     profile, source = choose_profile(model, batch_size, device, seq_len, compute_s, profile_csv)
     table = sweep(profile, algos, nprocs, networks, params, gpus_per_node, intra, source, trace_dir,
                   hierarchical, servers, effects, overheads)
-    return WhatIf(with_measured_error(table), profile, source, fit)
+    issued = None
+    if collectives_steps:
+        issued = pd.concat([collectives(profile, algo, p, collectives_steps, params=per_algo[algo], topology=topo)
+                            .assign(algo=algo, nproc=p, net=net)
+                            for algo in algos for net, topo in topologies.items() for p in nprocs], ignore_index=True)
+        issued = issued[["algo", "nproc", "net", *COLLECTIVE_COLUMNS]]
+    return WhatIf(with_measured_error(table), profile, source, fit, issued)
 
 
 def recommend(df: pd.DataFrame) -> list[str]:

@@ -114,6 +114,13 @@ class Algorithm:
         raise ConfigError. Called by Config.validate, before any process starts."""
 
     @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """(start, cycle): from step `start` on, what the algorithm issues repeats every `cycle`
+        steps (its averaging period; 1 for a per-step rule). The timeline simulator measures a
+        cycle after two and checks that it repeats (`timeline.simulate`). Default (0, 1)."""
+        return 0, 1
+
+    @classmethod
     def state_names(cls) -> tuple[str, ...]:
         """The runtime state: `state_fields` of the bases first, then of this class."""
         return tuple(name for c in reversed(cls.__mro__) for name in vars(c).get("state_fields", ()))

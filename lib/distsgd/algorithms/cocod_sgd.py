@@ -37,7 +37,7 @@ applies it, and, if local steps were taken since the last snapshot, averages onc
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -85,6 +85,11 @@ class CoCoDSGD(Algorithm):
     batch_weights: list[float]
     speeds: list[float]
     sample_ms: float
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """A launch every `period` steps."""
+        return 0, params["period"]
 
     state_fields = ("snapshot", "pending", "clock")
     snapshot: torch.Tensor              # a_i: this rank's model at the last communication point, flat

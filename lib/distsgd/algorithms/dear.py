@@ -30,7 +30,6 @@ Works with SGD with momentum and weight decay (the update is re-implemented laye
 """
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -110,6 +109,11 @@ class DeAR(LayerwiseDeferred):
     tune_max_mb: float
     tune_trials: int
     tune_window: int
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """Every step alike, after the tuner's windows (tune=true)."""
+        return (params["tune_trials"] + 1) * params["tune_window"] if params["tune"] else 0, 1
 
     state_fields = ("fusion_mb", "tuning", "tuner")
     fusion_mb: float                    # the fusion threshold in use (threshold_mb, or the tuner's)
@@ -198,7 +202,7 @@ class DeAR(LayerwiseDeferred):
         window = self.tune_window
         if (step + 1) % window:
             return
-        now = time.perf_counter()
+        now = self.comm.now()
         if step + 1 > window:                # not the warm-up window
             elapsed = torch.tensor((now - self.window_start) / window, dtype=torch.float64)
             seconds = self.comm.reduce_uncounted(elapsed, op="max").item()   # all ranks agree
@@ -210,7 +214,7 @@ class DeAR(LayerwiseDeferred):
                 self.flush()
                 self.fusion_mb = nxt
                 self.regroup()
-        self.window_start = time.perf_counter()
+        self.window_start = self.comm.now()
 
     def metrics(self) -> dict[str, float]:
         return {"threshold_mb": self.fusion_mb, "fusion_groups": len(self.groups)}
@@ -222,4 +226,4 @@ class DeAR(LayerwiseDeferred):
         self.regroup()
         super().load_state_dict(state)
         self.gathered = self.launched = len(self.groups)
-        self.window_start = time.perf_counter()      # a tuning window restarts at the resume
+        self.window_start = self.comm.now()      # a tuning window restarts at the resume

@@ -28,7 +28,8 @@ moments, "average" averages them with the model in the same scope (one more all-
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -67,6 +68,11 @@ class KAVG(Algorithm):
     local_period: int
     reduction_momentum: float
     optimizer_state: str
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """Global reductions every `period` steps, local ones every `local_period`."""
+        return 0, math.lcm(params["period"], params["local_period"] or 1)
 
     state_fields = ("clock", "local_clock", "anchor", "velocity")
     clock: Period                       # when the next global reduction falls (K)

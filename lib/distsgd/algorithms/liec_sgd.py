@@ -34,7 +34,7 @@ own; here it travels inside the bucket's payload (the same bytes, one message fe
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -55,6 +55,11 @@ class LIECSGD(ServerCompression):
     )
 
     period: int
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """A dense averaging step every `period` steps."""
+        return 0, params["period"]
 
     state_fields = ("clock",)
     clock: Period                       # when the next averaging step falls

@@ -16,6 +16,8 @@ every epoch end that leaves the period clock alone.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .base import Algorithm, Param
@@ -33,6 +35,11 @@ class LocalSGD(EpochSchedule, Algorithm):
         Param("period", 4, "local steps between model averagings", lambda v: v >= 1, "an integer >= 1"),
     )
     period: int
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """An average every `period` steps (STL-SGD: k_0 under a constant rate)."""
+        return 0, params["period"]
 
     state_fields = ("clock",)
     clock: Period                       # when the next average falls (k = its length)

@@ -174,6 +174,11 @@ class MGWFBP(BucketedAllReduce):
     profile_steps: int
     merge: str
 
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """Per-tensor all-reduces while profiling, the merged groups from step `profile_steps` on."""
+        return params["profile_steps"], 1
+
     state_fields = ("ready_times", "groups")
     ready_times: list[dict[int, float]]     # per profiled step: backward position -> gradient-ready time
     groups: list[int]                       # the merge plan, tensors per group ([] until merged)
@@ -196,7 +201,7 @@ class MGWFBP(BucketedAllReduce):
 
     def _grad_ready(self, p: torch.nn.Parameter) -> None:
         if self.profiling:
-            self.ready_times[-1][self.position[p]] = time.perf_counter()
+            self.ready_times[-1][self.position[p]] = self.comm.now()
         super()._grad_ready(p)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

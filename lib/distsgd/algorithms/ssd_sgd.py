@@ -56,7 +56,7 @@ local model, so no k gives S-SGD; a warm-up covering the whole run does.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -96,6 +96,11 @@ class SSDSGD(Algorithm):
     local_lr_scale: float
     local_rule: str
     dc_lambda: float
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """The steps-delay stage after the warm-up: a pull every `period` steps."""
+        return params["warmup"], params["period"]
 
     state_fields = ("x_global", "velocity", "local", "anchor", "local_num", "current", "due", "clock")
     x_global: torch.Tensor              # w_g: the replica of the server's global model, flat

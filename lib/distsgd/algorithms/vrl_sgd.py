@@ -79,6 +79,11 @@ class VRLSGD(EpochSchedule, Algorithm):
     period: int
     warmup: bool
 
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """An average every `period` steps (after VRL-SGD-W's 1-step first period)."""
+        return int(params["warmup"]), params["period"]
+
     state_fields = ("delta", "clock", "averages")
     delta: torch.Tensor                 # Delta_i, flat in parameter order (Delta_i^0 = 0)
     clock: Period                       # when the next average falls (1 step first with warmup)

@@ -341,6 +341,12 @@ class Comm:
         tensor.copy_(cpu)
         return tensor
 
+    def now(self) -> float:
+        """This rank's clock in seconds (`time.perf_counter`): what an algorithm that times itself
+        (MG-WFBP's gradient-ready times, DeAR's tuner) reads, so that the simulator's `SimComm`
+        answers with the simulated clock through the same call."""
+        return time.perf_counter()
+
     # ------------------------------------------------------------------ accounting
     def pending(self) -> int:
         """Number of issued async collectives not yet waited on."""

@@ -55,7 +55,11 @@ class Compressor(ABC):
         return self.decompress(*self.compress(x, seed))
 
 
-def generator(seed: int, device: torch.device) -> torch.Generator:
+def generator(seed: int, device: torch.device) -> torch.Generator | None:
+    """A generator on `device` seeded with `seed`; None on the meta device (the timeline
+    simulator's tensors, which hold no data: nothing to draw)."""
+    if torch.device(device).type == "meta":
+        return None
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g

@@ -1,10 +1,14 @@
 """`simulate`: the steady-state step time of an algorithm on a layer profile, p ranks and a network.
 
-The rank's streams (`streams.Rank`) run `warmup + measured` iterations of the algorithm's
-schedule (`schedules`, `local`); both counts are multiples of the schedule's cycle (its averaging
-period, 1 for S-SGD), `warmup` at least two cycles and two steps so that cross-iteration overlap
-(DeAR's all-gathers, ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady
-state. With T_i the compute clock when iteration i starts:
+The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
+profile, its collectives charged on the network model) or, where it stands for another library's
+runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS; and SSD-SGD
+for now). From the first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
+`warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
+`warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
+ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
+iterations and the cycle before them must issue the same collectives every cycle (`check_steady`).
+With T_i the compute clock when iteration i starts:
 
     step_s         = (T_{w+m} - T_w) / m                 (w = warmup, m = measured)
     compute_s      = compute seconds in that window / m  (forward + backward + updates)
@@ -26,20 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..algorithms.dear import DeAR
 from ..algorithms.registry import REGISTRY
 from ..algorithms.tuner import tune_threshold
 from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
 from ..errors import ConfigError
 from ..layer_profile import Profile
+from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
-from .local import LOCAL_UPDATES
+from .local import SSDSGD
 from .overheads import Overheads, for_profile
-from .schedules import SCHEDULES
+from .schedules import BytePS, DDP, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
-ALGORITHMS = {**SCHEDULES, **LOCAL_UPDATES}
+ALGORITHMS = REGISTRY          # every registered algorithm is simulated
 
 
 @dataclass
@@ -107,19 +114,21 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
         raise ConfigError("nproc", nproc, "an integer >= 1")
     topo = resolve_network(net, topology)
     resolved = REGISTRY[algo].resolve_params(dict(params or {}))
+    for param in REGISTRY[algo].params:
+        if param.per_rank and resolved[param.name]:
+            raise ConfigError(f"params.{param.name}", resolved[param.name], "[]", "the simulator's ranks are identical")
     label = label or str(net if topology is None else topology)
     if algo == DeAR.name and resolved["tune"]:
         return tuned(profile, nproc, topo, resolved, label, overheads, effects)
     rank = Rank(topo, nproc, overheads if overheads is not None else for_profile(profile), effects or OFF)
-    schedule = ALGORITHMS[algo](profile, rank, resolved)
-    cycle = schedule.cycle
-    warmup = cycle * max(2, -(-2 // cycle))
+    run, start, cycle = stepper(profile, algo, rank, resolved)
+    warmup = start + cycle * max(2, -(-2 // cycle))
     measured = cycle * max(1, -(-2 // cycle))
-    for step in range(warmup):
-        schedule.iteration(step)
+    run.steps(0, warmup)
     t0, busy0 = rank.t, rank.busy
-    for step in range(warmup, warmup + measured):
-        schedule.iteration(step)
+    run.steps(warmup, measured)
+    if isinstance(run, Driven):
+        check_steady(run, algo, resolved, warmup - cycle, measured + cycle, cycle)
     step_s = (rank.t - t0) / measured
     compute_s = (rank.busy - busy0) / measured
     comm_s = sum(e.end - e.start for e in rank.events
@@ -127,6 +136,60 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     return Prediction(algo=algo, nproc=nproc, net=label, params=resolved, step_s=step_s, compute_s=compute_s,
                       exposed_comm_s=max(0.0, step_s - compute_s), comm_s=comm_s,
                       window=(warmup, warmup + measured), events=rank.events)
+
+
+def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetModel | str | None = None,
+                params: dict[str, Any] | None = None, topology: Topology | None = None) -> pd.DataFrame:
+    """Every collective the simulator charges for a run of `steps` steps of `algo` from a fresh
+    start (its `finalize` included), one row each in issue order, with the columns of a run's
+    comm.csv that do not depend on wall time (`driver.COLLECTIVE_COLUMNS`): its own class driven
+    (`driver.issued_collectives`; also for ssd_sgd, whose timing is a stated model). ddp: torch's reducer
+    issues them, which the simulator does not drive (ConfigError)."""
+    if algo not in REGISTRY:
+        raise ConfigError("algo", algo, sorted(REGISTRY))
+    if algo == DDP.algo:
+        raise ConfigError("algo", algo, sorted(set(REGISTRY) - {DDP.algo}),
+                          "ddp's collectives are torch's reducer's, a stated model in the simulator")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError("steps", steps, "an integer >= 1")
+    cls = REGISTRY[algo]
+    rank = Rank(resolve_network(net, topology), nproc)
+    return issued_collectives(profile, cls, cls.resolve_params(dict(params or {})), rank, steps)
+
+
+def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
+    """The stated model that stands for `algo` in this setting, or None: the simulator drives the
+    algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
+    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement;
+    and ssd_sgd (`local`), whose rules the simulator cannot price from its own class yet."""
+    if algo == DDP.algo or algo == SSDSGD.algo:
+        return DDP if algo == DDP.algo else SSDSGD
+    if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
+        return HorovodWFBP
+    if algo == BytePS.algo and topology.servers is not None:
+        return BytePS
+    return None
+
+
+def stepper(profile: Profile, algo: str, rank: Rank, params: dict[str, Any]) -> tuple[Driven | Simulated, int, int]:
+    """What runs `algo` (resolved `params`) on `rank`'s streams, with (start, cycle) of its steady
+    state: the algorithm's own class (`driver.drive`, `Algorithm.steady_state`), or its stated model."""
+    model = stated_model(algo, rank.topology, rank.effects)
+    if model is not None:
+        run = model(profile, rank, params)
+        return run, 0, run.cycle
+    cls = REGISTRY[algo]
+    start, cycle = cls.steady_state(params)
+    return drive(profile, cls, params, rank), start, cycle
+
+
+def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, count: int, cycle: int) -> None:
+    """RuntimeError unless steps first .. first + count - 1 issued the same collectives every
+    `cycle` steps (the algorithm's declared `steady_state`)."""
+    sig = run.signature(range(first, first + count))
+    if any(sig[i] != sig[i % cycle] for i in range(len(sig))):
+        raise RuntimeError(f"{algo} {params}: the collectives of steps {first}..{first + count - 1} do not repeat "
+                           f"every {cycle} steps; its class's steady_state() must say when they do")
 
 
 def tuned(profile: Profile, nproc: int, topology: Topology, params: dict[str, Any], label: str,

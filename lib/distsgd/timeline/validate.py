@@ -100,15 +100,13 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
     """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
     then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
     from ..algorithms.registry import REGISTRY
-    from .simulate import ALGORITHMS, resolve_network
+    from .simulate import resolve_network, stepper
     from .streams import Rank
     rank = Rank(resolve_network(net, None), nproc, overheads if overheads is not None else for_profile(profile))
-    schedule = ALGORITHMS[algo](profile, rank, REGISTRY[algo].resolve_params(dict(params or {})))
-    for step in range(warmup):
-        schedule.iteration(step)
+    run, _, _ = stepper(profile, algo, rank, REGISTRY[algo].resolve_params(dict(params or {})))
+    run.steps(0, warmup)
     t0 = rank.t
-    for step in range(warmup, warmup + steps):
-        schedule.iteration(step)
+    run.steps(warmup, steps)
     return (max([rank.t, *rank.free.values()]) - t0) / steps
 
 
