@@ -12,7 +12,6 @@ import pytest
 from distsgd import Config
 from distsgd.claims import Claims
 from distsgd.comm import parse_net
-from distsgd.comm.netmodel import NetModel
 from distsgd.experiments import cocod_sgd as exp
 from distsgd.results import Result
 
@@ -98,12 +97,8 @@ def test_net_for_gives_the_all_reduce_time_asked() -> None:
         exp.net_for(0.1, 0.001, 100_000, 4, "100us")                   # latency alone exceeds 0.1 ms
 
 
-def test_compute_time_and_networks(tmp_path, monkeypatch) -> None:
-    rec = Recorder(lambda kw: result(tmp_path, "c", step_s=0.02))
-    monkeypatch.setattr(exp, "run", rec)
-    compute_only, c, nbytes, nets = exp.compute_time_and_networks({"nproc": 4, "seed": 0}, 4, [0.25, 2.0], "100us")
-    assert rec.calls == [{"algo": "cocod_sgd", "params": {"period": 4}, "name": "cocod_k4_nonet", "net": "",
-                          "nproc": 4, "seed": 0}]
+def test_sweep_networks(tmp_path) -> None:
+    c, nbytes, nets = exp.sweep_networks(result(tmp_path, "c", step_s=0.02), [0.25, 2.0], "100us", 4)
     assert c == pytest.approx(0.02) and nbytes == 1000 and list(nets) == ["r=0.25", "r=2"]
     assert nets["r=2"] == exp.net_for(2.0, c, 1000, 4, "100us")
 
@@ -156,11 +151,11 @@ def test_per_iteration_pairs_reuse_the_first_run(tmp_path, monkeypatch) -> None:
                                      steps=2))
     monkeypatch.setattr(exp, "run", rec)
     first = result(tmp_path, "first", loss=[1, 0.5], steps=2)
-    out = exp.per_iteration_pairs("mlp", [3, 4], {"seed": 3, "model": "x"}, 4, first=first)
+    out = exp.per_iteration_pairs("mlp", 2, {"seed": 3, "model": "x"}, 4, first=first)
     assert [k["name"] for k in rec.calls] == ["local_sgd_k4_nonet_s3", "cocod_k4_nonet_s4", "local_sgd_k4_nonet_s4"]
     assert all(k["model"] == "mlp" and k["net"] == "" for k in rec.calls) and list(out["loss ratio"]) == [2.0, 2.0]
     rec.calls.clear()
-    exp.per_iteration_pairs("vgg16", [3], {"seed": 3}, 4, tag="_vgg16")
+    exp.per_iteration_pairs("vgg16", 1, {"seed": 3}, 4, tag="_vgg16")
     assert [k["name"] for k in rec.calls] == ["cocod_k4_nonet_vgg16_s3", "local_sgd_k4_nonet_vgg16_s3"]
 
 
@@ -210,6 +205,8 @@ def test_projection_table_and_its_decisions(tmp_path) -> None:
     assert len(proj) == 6 and (proj["steps to target (this notebook)"] == 100).all()
     assert np.allclose(proj["projected time to target (s)"], 100 * proj.step_s)
     assert set(exp.PROJ_COLUMNS) <= set(proj.columns)
+    exp.plot_projection(proj, "mlp on digits", tmp_path / "p.png")
+    assert (tmp_path / "p.png").exists()
     exp.decide_projection(claims, proj, profiles, bands, reach, 0.25, 4, "mlp on digits")
     t = claims.table().set_index("id")
     r = proj[proj.model == "resnet18"].set_index("label").step_s

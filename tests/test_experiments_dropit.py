@@ -55,17 +55,6 @@ def test_register_claims_ids_and_the_resolution_precheck() -> None:
     assert not coarse._get("acc_mink_vs_random_mlp_g90").precheck
 
 
-def test_accuracy_runs_every_method_per_seed(monkeypatch) -> None:
-    calls = []
-    monkeypatch.setattr(exp, "run", lambda **kw: calls.append(kw) or fake_run())
-    runs = exp.accuracy_runs(["mlp"], [0, 1], [0.5, 0.9], [0.9], COMMON)
-    assert list(runs)[:4] == [("mlp", "baseline", 0.0, 0), ("mlp", "mink", 0.5, 0), ("mlp", "mink", 0.9, 0),
-                              ("mlp", "random", 0.9, 0)] and len(runs) == 8
-    assert calls[3]["name"] == "mlp-random-g0.9-s0" and calls[3]["model_options"] == {
-        "dropit": {"gamma": 0.9, "strategy": "random"}}
-    assert "model_options" not in calls[4] and calls[4]["seed"] == 1
-
-
 def test_accuracy_tables_and_paper_and_ours() -> None:
     runs = {("mlp", "baseline", 0.0, 0): fake_run(0.90), ("mlp", "baseline", 0.0, 1): fake_run(0.92),
             ("mlp", "mink", 0.9, 0): fake_run(0.94), ("mlp", "mink", 0.9, 1): fake_run(0.96)}
@@ -94,6 +83,15 @@ def test_gradient_and_memory_tables_on_a_tiny_model(tmp_path) -> None:
     for plot, table, name in ((exp.plot_gradient_error, fid, "g.png"), (exp.plot_memory, mem, "m.png")):
         plot(table, tmp_path / name)
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_plot_test_accuracy_draws_one_models_runs_at_one_seed(tmp_path, monkeypatch) -> None:
+    drawn = {}
+    monkeypatch.setattr(exp.plots, "curves", lambda curves, **kw: drawn.update(curves=list(curves), **kw))
+    runs = {("mlp", "baseline", 0.0, 0): 1, ("mlp", "mink", 0.9, 0): 2, ("mlp", "random", 0.9, 0): 3,
+            ("mlp", "mink", 0.9, 1): 4, ("lenet5", "mink", 0.9, 0): 5}
+    exp.plot_test_accuracy(runs, "mlp", 0, "t", tmp_path / "c.png")
+    assert drawn["curves"] == ["baseline", "min-k γ=0.9", "random γ=0.9"] and drawn["y"] == "test_acc"
 
 
 def test_plot_final_accuracy(tmp_path) -> None:

@@ -113,17 +113,16 @@ def net_for(ratio: float, c: float, nbytes: int, p: int, latency: str) -> str:
     return f"{2 * (p - 1) / p * nbytes * 8 / transfer / 1e6:.3f}Mbit,{latency}"
 
 
-def compute_time_and_networks(common: dict[str, Any], period: int, comm_ratios: list[float],
-                              latency: str) -> tuple[Result, float, int, dict[str, str]]:
-    """The un-emulated CoCoD-SGD run (with `common`), its compute time per step c
-    (`Result.steady_step_time`: its all-reduce is in the background, so its step time is computation)
-    and the bytes of one model all-reduce; per ratio r of `comm_ratios` (labelled "r=..") the network on
-    which that all-reduce over the run's ranks takes r · c (`net_for`, `latency`)."""
-    compute_only = run(algo="cocod_sgd", params={"period": period}, name=f"cocod_k{period}_nonet", net="", **common)
+def sweep_networks(compute_only: Result, comm_ratios: list[float], latency: str,
+                   nproc: int) -> tuple[float, int, dict[str, str]]:
+    """From the un-emulated CoCoD-SGD run `compute_only`: its compute time per step c
+    (`Result.steady_step_time`: its all-reduce is in the background, so its step time is computation),
+    the bytes of one model all-reduce, and per ratio r of `comm_ratios` (labelled "r=..") the network
+    on which that all-reduce over `nproc` ranks takes r · c (`net_for`, `latency`)."""
     c = compute_only.steady_step_time()
     nbytes = int(compute_only.comm().nbytes.iloc[0])
-    nets = {f"r={ratio:g}": net_for(ratio, c, nbytes, common["nproc"], latency) for ratio in comm_ratios}
-    return compute_only, c, nbytes, nets
+    nets = {f"r={ratio:g}": net_for(ratio, c, nbytes, nproc, latency) for ratio in comm_ratios}
+    return c, nbytes, nets
 
 
 def run_methods(net: str, common: dict[str, Any], period: int) -> dict[str, Result]:
@@ -219,16 +218,16 @@ def ratio_table(runs: dict[str, Result], reach: dict[str, dict[str, float]], c: 
                          for slower, faster in ((names[a], names[b]) for _, _, _, a, b, _ in PROJ_CLAIMS)])
 
 
-def per_iteration_pairs(model: str, seeds: list[int], common: dict[str, Any], period: int,
+def per_iteration_pairs(model: str, seeds: int, common: dict[str, Any], period: int,
                         first: Result | None = None, tag: str = "") -> pd.DataFrame:
-    """CoCoD-SGD and local SGD (same `period`) on `model`, un-emulated, one pair per seed of `seeds`
-    (each pair shares the seed's initialisation and data order); `first`, where given, is CoCoD-SGD's
-    run of the first seed, already made; `tag` goes into the run names. Their final training losses
-    and test accuracies, and the loss ratio CoCoD-SGD / local SGD."""
+    """CoCoD-SGD and local SGD (same `period`) on `model`, un-emulated, one pair per seed of the `seeds`
+    seeds from `common`'s on (seed, seed + 1, ...; each pair shares the seed's initialisation and data
+    order); `first`, where given, is CoCoD-SGD's run of the first seed, already made; `tag` goes into the
+    run names. Their final training losses and test accuracies, and the loss ratio CoCoD-SGD / local SGD."""
     rows = []
-    for s_ in seeds:
+    for s_ in range(common["seed"], common["seed"] + seeds):
         cfg = {**common, "model": model, "seed": s_}
-        c_run = first if (first is not None and s_ == seeds[0]) else run(
+        c_run = first if (first is not None and s_ == common["seed"]) else run(
             algo="cocod_sgd", params={"period": period}, name=f"cocod_k{period}_nonet{tag}_s{s_}", net="", **cfg)
         l_run = run(algo="local_sgd", params={"period": period}, name=f"local_sgd_k{period}_nonet{tag}_s{s_}",
                     net="", **cfg)
@@ -345,6 +344,14 @@ def projection_table(profiles: dict[str, Profile], period: int, reach: dict[str,
     for m in PROJ_MODELS:
         projection.write_profile_note(out / f"projection_profile_{m}.txt", profiles[m])
     return proj
+
+
+def plot_projection(proj: pd.DataFrame, setting: str, path: Path) -> plt.Figure:
+    """The projected time to the target (`projection_table`) per model and method at the paper's scale;
+    `setting` names the model and data the steps come from; saved to `path`."""
+    return plots.bars(proj, x="model", y="projected time to target (s)", hue="label", path=path,
+                      title=f"projection: {PROJ_DEVICE} b{PROJ_BATCH}, {PROJ_NPROC} workers, {PROJ_NET}; "
+                      f"steps from {setting}")
 
 
 def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Profile],

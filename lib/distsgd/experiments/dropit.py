@@ -1,18 +1,21 @@
-"""Notebook 03 (DropIT, Chen et al., ICLR 2023): its claims' registration, the accuracy runs and
-their tables, the in-process weight-gradient and activation-memory measurements, the figures of
+"""Notebook 03 (DropIT, Chen et al., ICLR 2023): its claims' registration, the accuracy runs'
+tables, the in-process weight-gradient and activation-memory measurements, the figures of
 those tables, the invariants and the claims' decisions."""
 from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
 import torch.nn.functional as F
 
+from .. import plots
 from ..caps import Caps
 from ..claims import Claims, Test
 from ..config import Config
@@ -21,7 +24,6 @@ from ..dropit_paper_scale import PAPER_BATCH, PAPER_GAMMA, PAPER_INPUT, PRECISIO
 from ..memory import dropit, gradient_fidelity, measure_activation_memory, stem_and_head
 from ..models import build_model
 from ..results import Result
-from ..runner import run
 
 STRATEGIES = ("mink", "random")
 STRATEGY_LABEL = {"mink": "min-k", "random": "random"}
@@ -79,21 +81,6 @@ def register_claims(claims: Claims, models: list[str], gammas: list[float], rand
                                  "exact byte count of one forward pass under CUDA's rules (interval = the count)"))
 
 
-def accuracy_runs(models: list[str], seeds: list[int], gammas: list[float], random_gammas: list[float],
-                  common: dict[str, Any]) -> dict[RunKey, Result]:
-    """Per model and seed: the baseline (no DropIT), min-k at every γ of `gammas` and random dropping
-    at `random_gammas`, each with `common` (the same seeds, steps and learning rate for every method)."""
-    runs = {}
-    for m in models:
-        for sd in seeds:
-            runs[m, "baseline", 0.0, sd] = run(model=m, name=f"{m}-baseline-s{sd}", seed=sd, **common)
-            for s, gs in (("mink", gammas), ("random", random_gammas)):
-                for g in gs:
-                    runs[m, s, g, sd] = run(model=m, name=f"{m}-{s}-g{g}-s{sd}", seed=sd,
-                                            model_options={"dropit": {"gamma": g, "strategy": s}}, **common)
-    return runs
-
-
 def accuracy_tables(runs: dict[RunKey, Result]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The accuracy runs as a table, one row per run (model, strategy, γ, seed: final test accuracy,
     training loss and time), and its mean over the seeds per model, strategy and γ."""
@@ -106,7 +93,15 @@ def accuracy_tables(runs: dict[RunKey, Result]) -> tuple[pd.DataFrame, pd.DataFr
     return per_run, accuracy
 
 
-def plot_final_accuracy(per_run: pd.DataFrame, accuracy: pd.DataFrame, path: str) -> sns.FacetGrid:
+def plot_test_accuracy(runs: dict[RunKey, Result], model: str, seed: int, title: str, path: Path) -> plt.Figure:
+    """Test accuracy against steps of every accuracy run (`RunKey`) of `model` at `seed`: the baseline
+    and each strategy at each γ; saved to `path`."""
+    curves = {"baseline" if s == "baseline" else f"{STRATEGY_LABEL[s]} γ={g}": r
+              for (m, s, g, sd), r in runs.items() if m == model and sd == seed}
+    return plots.curves(curves, y="test_acc", xs=("step",), path=path, title=title)
+
+
+def plot_final_accuracy(per_run: pd.DataFrame, accuracy: pd.DataFrame, path: Path) -> sns.FacetGrid:
     """Final test accuracy against γ per strategy, one panel per model (mean and 95% interval over the
     seeds), with the baseline and its ±1-point band; saved to `path`."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -154,7 +149,7 @@ def gradient_table(models: list[str], trained: dict[str, Result], ds: DataSource
     return pd.DataFrame(rows)
 
 
-def plot_gradient_error(fidelity: pd.DataFrame, path: str) -> sns.FacetGrid:
+def plot_gradient_error(fidelity: pd.DataFrame, path: Path) -> sns.FacetGrid:
     """Cosine similarity and relative error of the weight gradients (`gradient_table`) against γ, per
     strategy and weights, one row of panels per model; saved to `path`."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -198,7 +193,7 @@ def memory_table(models: list[str], ds: DataSource, device: torch.device, gammas
     return memory
 
 
-def plot_memory(memory: pd.DataFrame, path: str) -> sns.FacetGrid:
+def plot_memory(memory: pd.DataFrame, path: Path) -> sns.FacetGrid:
     """Bytes saved for backward over the baseline's (`memory_table`: dropped layers, whole forward, and
     CUDA's peak where measured) against γ for min-k, one panel per model; saved to `path`."""
     sns.set_theme(style="whitegrid", context="notebook")
