@@ -89,7 +89,7 @@ def test_plot_test_accuracy_draws_one_models_runs_at_one_seed(tmp_path, monkeypa
     drawn = {}
     monkeypatch.setattr(exp.plots, "curves", lambda curves, **kw: drawn.update(curves=list(curves), **kw))
     runs = {("mlp", "baseline", 0.0, 0): 1, ("mlp", "mink", 0.9, 0): 2, ("mlp", "random", 0.9, 0): 3,
-            ("mlp", "mink", 0.9, 1): 4, ("lenet5", "mink", 0.9, 0): 5}
+            ("mlp", "mink", 0.5, 1): 4, ("lenet5", "mink", 0.5, 0): 5}
     exp.plot_test_accuracy(runs, "mlp", 0, "t", tmp_path / "c.png")
     assert drawn["curves"] == ["baseline", "min-k γ=0.9", "random γ=0.9"] and drawn["y"] == "test_acc"
 
