@@ -1,0 +1,96 @@
+"""Notebook 00 (baselines): S-SGD, PyTorch DDP and local SGD; their table, the IID-accuracy pairs,
+the invariants (period 1 is S-SGD, S-SGD is DDP, period k sends k times fewer bytes) and the two
+claims' decisions (local SGD's wall-clock speed-up per block of steps, its accuracy at equal steps)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..claims import Claims, median_interval, paired_interval
+from ..results import Result
+from ..runner import run
+
+
+def summary_table(runs: dict[str, Result]) -> pd.DataFrame:
+    """One row per method: final training loss, test accuracy, bytes sent, training time and the time
+    spent waiting on communication (the runs' summaries)."""
+    return pd.DataFrame([{"method": name, "final train loss": r.summary["final_train_loss"],
+                          "test acc": r.summary["final_test_acc"],
+                          "MB sent (all ranks)": r.summary["comm_bytes"] / 1e6,
+                          "train time (s)": r.summary["train_s"],
+                          "time waiting on communication (s/rank)": r.summary["comm_wait_s"]}
+                         for name, r in runs.items()])
+
+
+def iid_accuracy_pairs(common: dict[str, Any], seeds: list[int]) -> pd.DataFrame:
+    """S-SGD and local SGD k=4 on each of `seeds` (one pair per seed, sharing its initial model and data
+    order), without network emulation (it only delays collectives): their final test accuracies."""
+    rows = []
+    for s in seeds:
+        ss = run(algo="ssgd", name=f"ssgd_seed{s}", **{**common, "seed": s, "net": ""})
+        l4 = run(algo="local_sgd", params={"period": 4}, name=f"local_sgd_k4_seed{s}",
+                 **{**common, "seed": s, "net": ""})
+        rows.append({"seed": s, "S-SGD": ss.summary["final_test_acc"], "local SGD k=4": l4.summary["final_test_acc"]})
+    return pd.DataFrame(rows)
+
+
+def check_invariants(claims: Claims, runs: dict[str, Result], periods: list[int]) -> None:
+    """The identities, asserted as invariants: local SGD with period 1 follows S-SGD's trajectory
+    (averaging models after one SGD step is averaging gradients), S-SGD and DDP reach the same
+    accuracy (one algorithm), and local SGD with period k sends k times fewer bytes than S-SGD."""
+    s = {name: r.summary for name, r in runs.items()}
+    if 1 in periods:
+        diff = (runs["S-SGD"].metrics["train_loss"] - runs["local SGD k=1"].metrics["train_loss"]).abs().max()
+        claims.invariant("local SGD with period 1 follows S-SGD's trajectory",
+                         "identical updates: max |train-loss difference| <= 1e-3",
+                         f"{diff:.1e} over {len(runs['S-SGD'].metrics)} logged steps", diff <= 1e-3)
+    acc_gap = abs(s["S-SGD"]["final_test_acc"] - s["DDP"]["final_test_acc"])
+    claims.invariant("S-SGD and PyTorch DDP reach the same accuracy (same algorithm)", "|difference| <= 0.005",
+                     f"test acc {s['S-SGD']['final_test_acc']:.4f} vs {s['DDP']['final_test_acc']:.4f}", acc_gap <= 0.005)
+    for k in [k for k in periods if k > 1]:
+        sent = s[f"local SGD k={k}"]["comm_bytes"]
+        ratio = s["S-SGD"]["comm_bytes"] / sent if sent else float("nan")
+        claims.invariant(f"local SGD with period {k} sends {k}x fewer bytes than S-SGD", f"{k}x (within 5%)",
+                         f"{ratio:.2f}x", abs(ratio / k - 1) <= 0.05)
+
+
+def block_ratios(slow: pd.DataFrame, fast: pd.DataFrame, block: int) -> np.ndarray:
+    """Per block of `block` steps, the wall-clock time of the run with metrics `slow` over that of
+    `fast` (a block's time: the difference of `wall_s` between the logged steps at its ends, both runs
+    logged at the same steps). With fewer than two aligned multiples of `block` logged, the blocks are
+    those between any common logged steps; blocks where `fast` took no time are left out."""
+    a, b = (m.dropna(subset=["wall_s"]).drop_duplicates("step").set_index("step")["wall_s"] for m in (slow, fast))
+    common_steps = a.index.intersection(b.index)
+    edges = [t for t in common_steps if t % block == 0]
+    edges = [0, *edges] if len(edges) >= 2 else [0, *common_steps]     # too few aligned logs: any common steps
+    ta = np.diff([0.0 if t == 0 else a[t] for t in edges])
+    tb = np.diff([0.0 if t == 0 else b[t] for t in edges])
+    return ta[tb > 0] / tb[tb > 0]
+
+
+def decide_speedup(claims: Claims, runs: dict[str, Result], kmax: int) -> str:
+    """Decide `local_sgd_wallclock_speedup`: the median of S-SGD's over local SGD (period `kmax`)'s
+    time per block of `kmax` steps (`block_ratios`), with its distribution-free interval
+    (`median_interval`); no interval without a block. Returns the verdict."""
+    ratios = block_ratios(runs["S-SGD"].metrics, runs[f"local SGD k={kmax}"].metrics, kmax)
+    if len(ratios):
+        lo, hi = median_interval(ratios)
+        est = float(np.median(ratios))
+    else:
+        lo = hi = est = float("nan")
+    return claims.decide("local_sgd_wallclock_speedup", lo, hi, est,
+                         f"median {est:.2f}x over {len(ratios)} blocks; whole runs: "
+                         f"{runs['S-SGD'].summary['train_s']:.1f} s vs {runs[f'local SGD k={kmax}'].summary['train_s']:.1f} s")
+
+
+def decide_iid_accuracy(claims: Claims, acc_pairs: pd.DataFrame) -> str:
+    """Decide `local_sgd_iid_accuracy` (non-inferiority, Stich 2019): local SGD k=4's final test accuracy
+    minus S-SGD's in points, paired t interval over the seeds of `acc_pairs` (`iid_accuracy_pairs`);
+    no interval with one seed. Returns the verdict."""
+    d = 100 * (acc_pairs["local SGD k=4"] - acc_pairs["S-SGD"])
+    lo, hi = (paired_interval(100 * acc_pairs["local SGD k=4"], 100 * acc_pairs["S-SGD"]) if len(d) > 1
+              else (float("nan"),) * 2)
+    return claims.decide("local_sgd_iid_accuracy", lo, hi, float(d.mean()),
+                         "per-seed differences " + ", ".join(f"{v:+.2f}" for v in d) + " points")
