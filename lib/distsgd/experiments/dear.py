@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 
 from .. import bench_schedules as bs
-from ..analysis import machine_precheck
 from .. import projection as pj
 from ..algorithms.tuner import GridTuner
+from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck
 from ..claims import Claims, Test
 from ..layer_profile import Profile
 from ..results import Result
@@ -28,10 +28,7 @@ PROJ_TUNE = {"tune": True, "tune_min_mb": 1.0, "tune_max_mb": 100.0, "tune_trial
 NET_ID = {"10GbE": "10gbe", "IB-EDR": "ib_edr"}
 PROJ_CASES = [
     {"algo": "no_overlap", "params": {"bucket_mb": PROJ_MB}, "label": "no overlap"},
-    {"algo": "wfbp", "label": "WFBP"},
-    {"algo": "fusion", "params": {"bucket_mb": 64.0}, "label": "tensor fusion"},         # Horovod's default buffer
-    {"algo": "mgwfbp", "label": "MG-WFBP"},
-    {"algo": "bytescheduler", "params": {"partition_mb": 4e6 / 2**20, "credit_mb": 16e6 / 2**20}, "label": "ByteScheduler"},
+    *SURVEY_OVERLAP_CASES,
     {"algo": "ddp", "params": {"bucket_mb": PROJ_MB}, "label": "DDP"},
     {"algo": "dear", "params": {"threshold_mb": 0.0, "nearby_layers": 1}, "label": "DeAR w/o TF"},
     {"algo": "dear", "params": {"threshold_mb": PROJ_MB}, "label": "DeAR"},

@@ -13,7 +13,7 @@ import pandas as pd
 
 from .. import bench_schedules as bs
 from .. import projection as pj
-from ..analysis import machine_precheck, simulator_predictions
+from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulator_predictions
 from ..claims import Claims, Test
 from ..comm import named_net
 from ..layer_profile import Profile
@@ -28,10 +28,7 @@ PROJ_NETS = {"10gbe": "10GbE", "100gbe_tcp": "100GbE-TCP:100Gbit,20us", "ib_edr"
 FABRICS = [named_net(spec)[0] for spec in PROJ_NETS.values()]   # the networks' names, as the projection labels them
 PROJ_CASES = [
     {"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"},        # BSP: one 512 MiB buffer
-    {"algo": "wfbp", "label": "WFBP"},
-    {"algo": "fusion", "params": {"bucket_mb": 64.0}, "label": "tensor fusion"},
-    {"algo": "mgwfbp", "label": "MG-WFBP"},
-    {"algo": "bytescheduler", "params": {"partition_mb": 4e6 / 2**20, "credit_mb": 16e6 / 2**20}, "label": "ByteScheduler"},
+    *SURVEY_OVERLAP_CASES,
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 0.0}, "label": "PS"},
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
 ]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from .. import bench_schedules as bs
 from .. import projection as pj
-from ..analysis import decide_median_ratio, machine_precheck, simulator_predictions
+from ..analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
 from ..claims import Claims
 from ..paths import repo_root
 from ..timeline import validate as tv
@@ -24,9 +24,7 @@ from ..timeline import validate as tv
 # at their papers' 25 MB
 PROJ_DEVICE, PROJ_MODELS, PROJ_NPROCS, PROJ_NETS = "V100-fp32", {"resnet50": 64, "bert_base": 64}, [32, 64], ["10GbE", "IB-EDR"]
 PROJ_SWEEP = [2, 4, 8, 16, 32, 64]                   # the worker counts drawn; the invariants at PROJ_NPROCS
-PROJ_CASES = [{"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"}, {"algo": "wfbp", "label": "WFBP"},
-              {"algo": "fusion", "params": {"bucket_mb": 64.0}, "label": "tensor fusion"}, {"algo": "mgwfbp", "label": "MG-WFBP"},
-              {"algo": "bytescheduler", "params": {"partition_mb": 4e6 / 2**20, "credit_mb": 16e6 / 2**20}, "label": "ByteScheduler"},
+PROJ_CASES = [{"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"}, *SURVEY_OVERLAP_CASES,
               {"algo": "ps", "label": "PS"},
               {"algo": "ps", "params": {"partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
               {"algo": "ddp", "label": "DDP"}, {"algo": "dear", "label": "DeAR"}]
