@@ -35,3 +35,74 @@ def test_gradient_diversity_is_zero_for_identical_shards_and_grows_with_disagree
         g.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
     expected = float(((g[0] - g[1]) / 2).pow(2).sum())        # each local gradient is ±(g0-g1)/2 off the mean
     assert abs(gradient_diversity(model, source, split) - expected) < 1e-6
+
+
+# ------------------------------------------------------------------ the timing benchmarks' helpers
+
+def _claims_with(ids: list[str]):
+    from distsgd.claims import Claims, Test
+
+    claims = Claims("test_analysis")
+    for cid in ids:
+        claims.register(cid, "a ratio", "paper", Test("a / b", ">=", 1.0, "median"))
+    claims.preregister(dry_run=True)
+    return claims
+
+
+def test_decide_median_ratio_writes_the_rounds_and_drops_missing_ones() -> None:
+    from distsgd.analysis import decide_median_ratio, per_round
+
+    assert per_round([0.934, 1.0]) == "[0.93, 1.00]"
+    claims = _claims_with(["up", "down", "none"])
+    r = pd.Series([1.1, 1.2, float("nan"), 1.3, 1.15, 1.25, 1.4])
+    assert decide_median_ratio(claims, "up", r, "p = 2, ", "; more") == "reproduced"
+    row = claims.table().set_index("id").loc["up"]
+    assert row.measured == "p = 2, 6 rounds, per round [1.10, 1.20, 1.30, 1.15, 1.25, 1.40]; more"
+    assert row.estimate == 1.225 and row.low == 1.1 and row.high == 1.4   # 6 rounds: the whole range at 95%
+    assert decide_median_ratio(claims, "down", 1 / r) == "contradicted"
+    assert decide_median_ratio(claims, "none", pd.Series([float("nan")])) == "inconclusive"
+    assert claims.table().set_index("id").loc["none"].measured == "0 rounds, per round []"
+
+
+def test_machine_precheck_times_compute_only_steps_and_the_headroom(monkeypatch, tmp_path) -> None:
+    from distsgd import analysis
+
+    seen = {}
+
+    def bench(**kw):
+        seen.update(kw)
+        return pd.DataFrame({"label": ["compute"] * 4, "net_name": ["none"] * 4, "step_s": [1.0, 1.0, 1.0, 1.2],
+                             "model": ["mlp"] * 4, "nproc": [2] * 4})
+
+    monkeypatch.setattr(analysis.bs, "bench_schedules", bench)
+    monkeypatch.setattr(analysis.bs, "emulation_headroom", lambda df, reps, backend: pd.DataFrame({"reps": [reps]}))
+    pre, noise, headroom = analysis.machine_precheck(["mlp"], [2], tmp_path / "pre.csv", "gloo", True, batch_size=8)
+    assert seen["cases"] == [{"algo": "compute", "label": "compute"}] and seen["repeats"] == 2
+    assert seen["batch_size"] == 8 and seen["out"] == tmp_path / "pre.csv" and len(pre) == 4
+    assert noise == analysis.bs.timing_noise(pre) > 0 and headroom.reps.iloc[0] == 2
+    assert analysis.machine_precheck(["mlp"], [2], tmp_path / "pre.csv", "gloo", False)[2].reps.iloc[0] == 5
+
+
+def test_simulator_predictions_fit_the_real_network_only_where_it_was_run(monkeypatch, tmp_path) -> None:
+    from distsgd import analysis
+
+    calls = []
+    monkeypatch.setattr(analysis.tv, "layer_profile", lambda m, b, shape, device: (m, b, device))
+    monkeypatch.setattr(analysis.tv, "predict", lambda bench, profiles, cases, networks, warmup, steps:
+                        (profiles, networks, warmup, steps))
+
+    def times(p, sizes, reps, backend):
+        calls.append((p, tuple(sizes), reps))
+        return pd.DataFrame({"kind": "all_reduce", "nbytes": sizes, "p": p,
+                             "measured_s": [1e-4 + 2 * (p - 1) / p * n / 1e9 for n in sizes]})
+
+    monkeypatch.setattr(analysis.bs, "real_collective_times", times)
+    bench = pd.DataFrame({"batch_size": [16, 16], "net_name": ["10GbE-like", "none"], "nproc": [2, 2]})
+    profiles, nets, warmup, steps = analysis.simulator_predictions(bench, ["mlp"], [], [2], "gloo", 1, 4,
+                                                                   [2**20, 2**22], 3, tmp_path)
+    assert profiles == {"mlp": ("mlp", 16, "cpu")} and nets == {} and (warmup, steps) == (1, 4) and not calls
+    bench.loc[0, "net_name"] = analysis.bs.REAL
+    profiles, nets, _, _ = analysis.simulator_predictions(bench, ["mlp"], [], [2], "nccl", 1, 4,
+                                                          [2**20, 2**22], 3, tmp_path)
+    assert profiles["mlp"][2] == "cuda" and calls == [(2, (2**20, 2**22), 3)]
+    assert abs(nets[2, "real"].bandwidth_Bps - 1e9) / 1e9 < 1e-3 and (tmp_path / "real_collectives_p2.csv").is_file()

@@ -288,7 +288,9 @@ def test_every_notebook_has_a_committed_quick_registration_written_before_its_fi
     assert not any("register(" in s and "preregister" not in s for s in code[pre + 1:]), notebook
 
 
-RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", "real_collective_times(")
+RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", "real_collective_times(",
+                    # the thin notebooks' calls into distsgd.experiments that run or measure (issue 36)
+                    "machine_checks(", "run_bench(", "scaled_networks(", "network_runs(", "accuracy_runs(")
 
 
 def runs_or_measures(cell: str) -> bool:

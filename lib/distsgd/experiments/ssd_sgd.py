@@ -1,0 +1,208 @@
+"""Notebook 08 (SSD-SGD, stale synchronous / delayed global updates with a local rule): the claims'
+registration, the networks scaled to this machine, the runs on the high-latency network and on
+paired seeds, their tables, the latency gain, the accuracy decisions and the projection at the
+paper's setting (ResNet-20 b128 on V100-fp32, 4 workers, 10 Gbit/s at 2 us .. 2 ms latency)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import projection as pj
+from ..claims import Claims, Test
+from ..layer_profile import Profile
+from ..results import Result
+from ..runner import run
+
+# the paper's setting (SPECS.md h), fixed before the projection; not parameters of the notebook
+PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH = "resnet20", "V100-fp32", 128
+PROJ_NPROC = 4                                  # the 4 worker machines (each reduces its 4 GPUs' gradients inside)
+PROJ_PERIOD = 5                                 # the paper's k
+PROJ_LATENCIES_US = [2, 20, 200, 2000]          # alpha per message at 10GbE's bandwidth
+PROJ_NETS = {us: f"bandwidth=10Gbit,latency={us}us" for us in PROJ_LATENCIES_US}
+PROJ_CASES = [{"algo": "ssgd", "label": "S-SGD"},
+              {"algo": "ssd_sgd", "params": {"period": PROJ_PERIOD}, "label": f"SSD-SGD k={PROJ_PERIOD}"}]
+
+
+def check_parameters(periods: Sequence[int], seeds: Any) -> tuple[int, list[int]]:
+    """Check the periods (at least one k <= 5: the paper's claims are about k <= 5) and the paired
+    seeds (an integer >= 2); ValueError otherwise. Returns the largest k <= 5 (the ablations') and
+    the periods k <= 5 (the accuracy claims')."""
+    if not any(k <= 5 for k in periods):
+        raise ValueError(f"periods = {periods!r}: must contain at least one k <= 5 (the paper's claims are about k <= 5)")
+    if not (isinstance(seeds, int) and seeds >= 2):
+        raise ValueError(f"seeds = {seeds!r}: must be an integer >= 2 (paired seeds of the accuracy claims)")
+    return max(k for k in periods if k <= 5), [k for k in periods if k <= 5]
+
+
+def end_acc(r: Result, pulled: bool = False) -> float:
+    """Final test accuracy: the local models at the last step (mean over ranks; the authors' end state), or the
+    model after the kit's final pull (`summary`); the same for methods without a local copy."""
+    return r.summary["final_test_acc"] if pulled else float(r.metrics.test_acc.iloc[-1])
+
+
+def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local_rule: str, seeds: int, n_test: int,
+                    acc_data: str, resolution: float, expected_acc: float) -> tuple[Profile, pj.RatioBand | None]:
+    """Register the notebook's claims before any run. On accuracy (paired test over `seeds` seeds x
+    `n_test` test images): S-SGD - SSD-SGD <= 1 point for each k <= 5 (inconclusive by precheck
+    where the pairs resolve only `resolution` > 1 point), and at k = `kmax` the warm-up and the
+    local rule each cost accuracy when removed (>= 0). On time: the throughput gain over S-SGD grows
+    with the network's latency (measured, and projected at the paper's setting within the
+    simulator's measured error, `projection.register`). Returns the projection's profile and band."""
+    paired = f"paired 95% interval, {seeds} seeds x {n_test} {acc_data} test images (paired_accuracy_interval)"
+    for k in acc_periods:
+        claims.register(f"acc_close_k{k}", f"SSD-SGD (k={k}) reaches S-SGD's accuracy", "close to S-SGD for small k",
+                        Test(f"test accuracy S-SGD - SSD-SGD k={k} (points)", "<=", 1.0, paired))
+        if resolution > 1.0:
+            claims.precheck(f"acc_close_k{k}", f"{seeds} seeds x {n_test} test images resolve about ±{resolution:.1f} "
+                            f"points at {100 * expected_acc:.0f}% accuracy, coarser than the 1-point margin")
+    claims.register("latency_gain_grows", "SSD-SGD's throughput gain over S-SGD grows with network latency",
+                    "up to +110%", Test("throughput gain, high- minus low-latency network", ">=", 0.0,
+                                        "95% interval of the median over logged periods after warm-up (quantile_test)"))
+    claims.register("warmup_needed", f"removing the warm-up costs accuracy (k={kmax})", "warm-up and GLU are critical",
+                    Test("test accuracy with - without warm-up (points)", ">=", 0.0, paired))
+    claims.register("local_rule_needed", f"replacing the local rule {local_rule} by a plain local step costs accuracy (k={kmax})",
+                    "warm-up and GLU are critical", Test(f"test accuracy {local_rule} - none (points)", ">=", 0.0, paired))
+    profile = pj.load_profile(PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH)
+    hi_net, lo_net = PROJ_NETS[PROJ_LATENCIES_US[-1]], PROJ_NETS[PROJ_LATENCIES_US[0]]
+    band = pj.register(
+        claims, "proj_latency_gain_grows",
+        "at the paper's scale, SSD-SGD's throughput gain over S-SGD grows with network latency",
+        "gain grows with latency; up to +110%",
+        f"{pj.describe(profile, PROJ_NPROC, '10Gbit')}, alpha "
+        f"{PROJ_LATENCIES_US[-1]} vs {PROJ_LATENCIES_US[0]} us: speedup S-SGD/SSD-SGD (k={PROJ_PERIOD}) "
+        "at the highest latency / at the lowest", ">=", 1.0,
+        [("ssgd", hi_net), ("ssd_sgd", lo_net)], [("ssd_sgd", hi_net), ("ssgd", lo_net)])
+    return profile, band
+
+
+def scaled_networks(claims: Claims, common: Mapping[str, Any], kmax: int, bandwidth_ratio: float, low_latency: str,
+                    latency_ratio: float) -> tuple[str, str, float]:
+    """The two networks, scaled to this machine before any run on an emulated one: local SGD (k =
+    `kmax`) without a network gives the compute time per step c, and S-SGD without one its own
+    synchronization cost; both networks' bandwidth term of one gradient all-reduce is
+    `bandwidth_ratio` x c, the low-latency one's alpha `low_latency`, the high-latency one's latency
+    term 2(p-1)·alpha = `latency_ratio` x c. The latency claim is inconclusive by precheck where
+    un-emulated S-SGD already spends more than `bandwidth_ratio` of c synchronizing. Returns (low-
+    latency network, high-latency network, S-SGD's synchronization overhead)."""
+    compute_only = run(algo="local_sgd", params={"period": kmax}, name=f"local_sgd_k{kmax}_nonet", net="", **common)
+    reference = run(algo="ssgd", name="ssgd_nonet", net="", **common)
+    c = compute_only.steady_step_time()
+    sync_overhead = reference.steady_step_time() / c - 1
+    if sync_overhead > bandwidth_ratio:
+        claims.precheck("latency_gain_grows", f"un-emulated S-SGD already spends {sync_overhead:+.0%} of c synchronizing "
+                        f"(> {bandwidth_ratio:.0%}, the low-latency network's modeled share), measured before the network runs")
+    nproc = common["nproc"]
+    nbytes = int(reference.comm().nbytes.iloc[0])
+    mbit = 2 * (nproc - 1) / nproc * nbytes * 8 / (bandwidth_ratio * c) / 1e6
+    low_latency_net = f"{mbit:.1f}Mbit,{low_latency}"
+    high_latency_net = f"{mbit:.1f}Mbit,{1e6 * latency_ratio * c / (2 * (nproc - 1)):.0f}us"
+    print(f"un-emulated: local SGD c = {1e3 * c:.1f} ms/step, S-SGD {1e3 * reference.steady_step_time():.1f} ms/step "
+          f"(synchronization {sync_overhead:+.0%}); gradient all-reduce {nbytes / 1e3:.0f} kB; "
+          f"networks {low_latency_net} and {high_latency_net}")
+    return low_latency_net, high_latency_net, sync_overhead
+
+
+def network_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], kmax: int, periods: Sequence[int],
+                 net: str) -> dict[str, Result]:
+    """Every method on network `net`: S-SGD, local SGD and OD-SGD (SSD-SGD at k = 1), SSD-SGD at each
+    period, and at k = `kmax` without warm-up, with the plain local rule ("none") and with "dc"
+    (shown only). Returns the results by method name."""
+    runs = {"S-SGD": run(algo="ssgd", name="ssgd", net=net, **common),
+            f"local SGD k={kmax}": run(algo="local_sgd", params={"period": kmax}, name=f"local_sgd_k{kmax}", net=net,
+                                       **common),
+            "OD-SGD (k=1)": run(algo="ssd_sgd", params={**ssd, "period": 1}, name="od_sgd", net=net, **common)}
+    for k in periods:
+        runs[f"SSD-SGD k={k}"] = run(algo="ssd_sgd", params={**ssd, "period": k}, name=f"ssd_k{k}", net=net, **common)
+    for suffix, name, change in [("no warm-up", "nowarm", {"warmup": 0}), ("rule none", "none", {"local_rule": "none"}),
+                                 ("rule dc (shown)", "dc", {"local_rule": "dc"})]:
+        runs[f"SSD-SGD k={kmax}, {suffix}"] = run(algo="ssd_sgd", params={**ssd, "period": kmax, **change},
+                                                  name=f"ssd_k{kmax}_{name}", net=net, **common)
+    return runs
+
+
+def summary_table(runs: Mapping[str, Result], nproc: int) -> pd.DataFrame:
+    """One row per run: final train loss, test accuracy of the local models and after the final pull
+    (`end_acc`), throughput, MB sent by all ranks, and seconds per rank blocked on communication."""
+    return pd.DataFrame([{"method": name, "final train loss": r.summary["final_train_loss"],
+                          "test acc (local)": end_acc(r), "test acc (pulled)": end_acc(r, pulled=True),
+                          "throughput (samples/s)": r.summary["throughput_samples_s"],
+                          "MB sent (all ranks)": r.summary["comm_bytes"] / 1e6,
+                          "blocked on communication (s/rank)": r.summary["comm_wait_s"] / nproc}
+                         for name, r in runs.items()])
+
+
+def latency_gain(groups: Mapping[str, Mapping[str, Result]], low_net: str, high_net: str, kmax: int,
+                 warmup: int) -> tuple[pd.Series, pd.Series, pd.DataFrame]:
+    """SSD-SGD's (k = `kmax`) gain over S-SGD on each network (`groups`: network -> runs): over whole
+    runs, throughput / S-SGD's - 1; per logged period after the warm-up, S-SGD's step time / SSD-SGD's
+    - 1. Returns the whole-run gains per network, the per-period gain on `high_net` minus that on
+    `low_net` (the latency claim's values, NaN periods dropped) and the throughputs (network,
+    method)."""
+    gain, per_period, rows = {}, {}, []
+    ssd = f"SSD-SGD k={kmax}"
+    for label, group in groups.items():
+        tp = {m: group[m].summary["throughput_samples_s"] for m in ("S-SGD", ssd)}
+        gain[label] = tp[ssd] / tp["S-SGD"] - 1
+        per_period[label] = group["S-SGD"].step_seconds(after=warmup) / group[ssd].step_seconds(after=warmup) - 1
+        rows += [{"network": label, "method": m, "throughput (samples/s)": v} for m, v in tp.items()]
+    growth = (per_period[high_net] - per_period[low_net]).dropna()
+    return pd.Series(gain, name="SSD-SGD throughput gain over S-SGD"), growth, pd.DataFrame(rows)
+
+
+def accuracy_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], acc_periods: Sequence[int], kmax: int,
+                  acc_data: str, seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, str], Result]]:
+    """The accuracy runs without a network, on `acc_data`, for each of the paired `seeds`: S-SGD,
+    SSD-SGD at each k <= 5, and at k = `kmax` without warm-up and with the plain local rule.
+    Returns the final test accuracy in % of the local models and after the final pull (seeds x
+    methods), and the runs by (seed, method)."""
+    variants = {"S-SGD": ("ssgd", {}), **{f"SSD-SGD k={k}": ("ssd_sgd", {**ssd, "period": k}) for k in acc_periods},
+                f"SSD-SGD k={kmax}, no warm-up": ("ssd_sgd", {**ssd, "period": kmax, "warmup": 0}),
+                f"SSD-SGD k={kmax}, rule none": ("ssd_sgd", {**ssd, "period": kmax, "local_rule": "none"})}
+    acc, pulled, runs = {}, {}, {}
+    for s in seeds:
+        for name, (algo, p) in variants.items():
+            r = runs[s, name] = run(
+                algo=algo, params=p, name=f"{algo}_" + "_".join(f"{a}{b}" for a, b in p.items()) + f"_{acc_data}_s{s}",
+                net="", **{**common, "data": acc_data, "seed": s})
+            acc[(s, name)], pulled[(s, name)] = 100 * end_acc(r), 100 * end_acc(r, pulled=True)
+    acc = pd.Series(acc).unstack()[list(variants)]
+    acc.index.name = "seed"
+    return acc, pd.Series(pulled).unstack()[list(variants)], runs
+
+
+def decide_accuracy(claims: Claims, runs: Mapping[tuple[int, str], Result], seeds: Sequence[int],
+                    acc_periods: Sequence[int], kmax: int) -> None:
+    """Decide the accuracy claims on accuracy a - b (points), per test image of the evaluated (local)
+    models over the paired seeds (`Claims.decide_paired_accuracy`): S-SGD - SSD-SGD at each k <= 5,
+    and at k = `kmax` SSD-SGD - without warm-up and - with the plain local rule."""
+    pairs = [(f"acc_close_k{k}", "S-SGD", f"SSD-SGD k={k}") for k in acc_periods]
+    pairs += [("warmup_needed", f"SSD-SGD k={kmax}", f"SSD-SGD k={kmax}, no warm-up"),
+              ("local_rule_needed", f"SSD-SGD k={kmax}", f"SSD-SGD k={kmax}, rule none")]
+    for cid, a, b in pairs:
+        claims.decide_paired_accuracy(cid, *([runs[s, m].test_correct("evaluated") for s in seeds] for m in (a, b)), a, b)
+
+
+def decide_projection(claims: Claims, profile: Profile, band: pj.RatioBand | None,
+                      out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """S-SGD and SSD-SGD (k = 5) projected at the paper's setting on 10 Gbit/s at each latency
+    (out/projection.csv, the profile note), and the projected latency claim decided within its band:
+    the speedup S-SGD / SSD-SGD at the highest latency / at the lowest. Returns the projection (with
+    `latency (us)`) and its table per latency (ms per step, speedup, gain)."""
+    proj = pj.project(profile, PROJ_CASES, [PROJ_NPROC], list(PROJ_NETS.values()))
+    proj["latency (us)"] = proj.net.map({v: k for k, v in PROJ_NETS.items()})
+    step = proj.pivot(index="latency (us)", columns="label", values="step_s")
+    ssd = f"SSD-SGD k={PROJ_PERIOD}"
+    speedup = step["S-SGD"] / step[ssd]
+    table = pd.DataFrame({"S-SGD (ms/step)": 1e3 * step["S-SGD"], f"{ssd} (ms/step)": 1e3 * step[ssd],
+                          "speedup": speedup, "gain": speedup - 1})
+    proj.to_csv(out / "projection.csv", index=False)
+    pj.write_profile_note(out / "projection_profile.txt", profile)
+    lo_us, hi_us = PROJ_LATENCIES_US[0], PROJ_LATENCIES_US[-1]
+    pj.decide(claims, "proj_latency_gain_grows", float(speedup[hi_us] / speedup[lo_us]),
+              pj.describe(profile, PROJ_NPROC, "10Gbit"), band,
+              "gain " + ", ".join(f"{g:+.0%} at {us} us" for us, g in (speedup - 1).items())
+              + f"; largest {speedup.max() - 1:+.0%} (paper: up to +110%, not tested)")
+    return proj, table

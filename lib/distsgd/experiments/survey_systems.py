@@ -1,0 +1,230 @@
+"""Notebook 07 (the survey's system-level comparison: "Communication-Efficient Distributed Deep
+Learning: A Comprehensive Survey", its evaluation of the scheduling methods): the models' roles,
+the claims' registration, the machine checks, the per-round ratios, the simulator's check of the
+benchmark, and the projection at the survey's own setting (32 V100-fp32 workers as 8 nodes x 4,
+PCIe3 inside; 10GbE, 100GbE TCP or IB-EDR between) against its published throughputs."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import bench_schedules as bs
+from .. import projection as pj
+from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulator_predictions
+from ..claims import Claims, Test
+from ..comm import named_net
+from ..layer_profile import Profile
+from ..timeline import validate as tv
+
+# the survey's setting, fixed before the projection (not a parameter of the notebook)
+PROJ_DEVICE = "V100-fp32"
+PROJ_MODELS = {"resnet50": 64, "densenet201": 32, "bert_base": 64, "bert_large": 8}   # model: batch per GPU
+PROJ_P, PROJ_NPROCS = 32, [4, 8, 16, 32]               # the survey's worker counts; claims at 32
+PROJ_GPUS_PER_NODE, PROJ_INTRA = 4, "PCIe3"
+PROJ_NETS = {"10gbe": "10GbE", "100gbe_tcp": "100GbE-TCP:100Gbit,20us", "ib_edr": "IB-EDR"}   # claim suffix: network
+FABRICS = [named_net(spec)[0] for spec in PROJ_NETS.values()]   # the networks' names, as the projection labels them
+PROJ_CASES = [
+    {"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"},        # BSP: one 512 MiB buffer
+    *SURVEY_OVERLAP_CASES,
+    {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 0.0}, "label": "PS"},
+    {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
+]
+ALLREDUCE_ALGOS = ("no_overlap", "wfbp", "fusion", "mgwfbp", "bytescheduler")   # the best all-reduce schedule's candidates
+ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # their labels
+PUBLISHED_32 = {   # fabric -> model -> (BSP-A2A, WFBP-A2A, MG-WFBP), samples/s on 32 GPUs
+    "10GbE": {"resnet50": (4920.82, 5113.18, 6883.60), "bert_base": (1926.64, 2013.38, 1925.78), "bert_large": (105.10, 101.96, 105.02)},
+    "100GbE-TCP": {"resnet50": (5744.76, 6141.38, 7540.94), "bert_base": (2815.72, 2987.48, 3540.80), "bert_large": (187.00, 174.78, 191.46)},
+    "IB-EDR": {"resnet50": (7126.52, 7326.56, 7876.46), "bert_base": (4184.38, 4098.68, 4940.08), "bert_large": (375.22, 339.82, 400.16)},
+}
+PUBLISHED_METHODS = ["no overlap", "WFBP", "MG-WFBP"]   # the kit's labels of BSP-A2A, WFBP-A2A, MG-WFBP
+
+
+def bench_networks(models: Sequence[str], net_reference: str, networks: Sequence[str],
+                   backend: str) -> dict[str, tuple[float, float] | None]:
+    """The benchmark's networks (name: `bs.NETWORKS`' scaling, None for `bs.REAL`: no emulation),
+    after checking the parameters: two or more models and the reference from `bs.INPUT_SHAPES`,
+    networks including "10GbE-like" (the claims'), a known backend; ValueError otherwise."""
+    if len(set(models)) < 2 or not {*models, net_reference} <= set(bs.INPUT_SHAPES):
+        raise ValueError(f"models={models}, net_reference={net_reference!r}: two or more models from {sorted(bs.INPUT_SHAPES)}")
+    if "10GbE-like" not in networks or not set(networks) <= {*bs.NETWORKS, bs.REAL}:
+        raise ValueError(f"networks={networks}: must include '10GbE-like', from {sorted(bs.NETWORKS) + [bs.REAL]}")
+    if backend not in bs.BACKENDS:
+        raise ValueError(f"backend={backend!r}: one of {bs.BACKENDS}")
+    return {n: None if n == bs.REAL else bs.NETWORKS[n] for n in networks}
+
+
+def roles(stats: pd.DataFrame) -> tuple[str, str]:
+    """The models' roles by the rule fixed before anything is timed, from their gradient-tensor
+    statistics (`projection.size_stats` columns): many small tensors = the smallest mean gradient
+    tensor, large tensors = the largest single gradient tensor. Returns (small, large)."""
+    return stats.mean_tensor_mb.idxmin(), stats.largest_tensor_mb.idxmax()
+
+
+def model_roles(models: Sequence[str]) -> tuple[pd.DataFrame, str, str]:
+    """The benchmark models' gradient-tensor statistics (`bs.grad_tensor_bytes`, nothing timed) and
+    their roles (`roles`). Returns (statistics per model, small, large)."""
+    stats = pd.DataFrame({m: pj.size_stats(bs.grad_tensor_bytes(m)) for m in models}).T
+    return (stats, *roles(stats))
+
+
+def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[str, pj.RatioBand | None]:
+    """Register the notebook's claims before any run. Measured (per-round ratios on 10GbE-like):
+    WFBP / fusion >= 1 for `small_model` ("fusion helps most for all-reduce with many small
+    tensors"), PS / PS + partition >= 1 for `large_model`, and the ranking follows the intensity
+    I = C/D (the smallest best-efficiency ratio of I-neighbours, higher-I / lower-I, >= 1). Projected
+    (`projection.register`, each within the simulator's error measured on the survey's cluster for
+    its schedules and fabric), the same three at 32 workers on each fabric. Returns each projected
+    claim's band."""
+    stat = "median of per-round ratios, 95% quantile_test interval"
+    claims.register("fusion_beats_wfbp", "tensor fusion beats WFBP for the model with many small tensors (all-reduce)",
+                    "fusion helps most for all-reduce with many small tensors",
+                    Test(f"WFBP / fusion step time, {small_model} (smallest mean gradient tensor), 10GbE-like", ">=", 1.0, stat))
+    claims.register("ps_partition_helps", "partitioning helps the parameter server on the model with large tensors",
+                    "partitioning helps most for PS with large tensors",
+                    Test(f"PS / PS + partition step time, {large_model} (largest gradient tensor), 10GbE-like", ">=", 1.0, stat))
+    claims.register("ranking_follows_intensity", "the ranking (scaling efficiency) follows intensity I = C/D",
+                    "higher intensity scales better",
+                    Test("min over I-neighbours: best efficiency higher-I / lower-I, 10GbE-like", ">=", 1.0, stat))
+    where = f"{PROJ_P} workers, {PROJ_P // PROJ_GPUS_PER_NODE} nodes x {PROJ_GPUS_PER_NODE} ({PROJ_INTRA} inside"
+    bands = {}
+    for f, spec in PROJ_NETS.items():
+        net = named_net(spec)[0]
+        q = f"projection: {PROJ_DEVICE} (flops-scaled, survey 1-GPU calibration), {where}, {net} between)"
+        bands[f"proj_fusion_beats_wfbp_{f}"] = pj.register(
+            claims, f"proj_fusion_beats_wfbp_{f}", f"tensor fusion beats WFBP for the model with many small tensors ({net}, 32 GPUs)",
+            "fusion helps most for all-reduce with many small tensors",
+            f"{q}: WFBP / fusion step time, smallest-mean-tensor model", ">=", 1.0, [("wfbp", spec)], [("fusion", spec)])
+        bands[f"proj_ps_partition_helps_{f}"] = pj.register(
+            claims, f"proj_ps_partition_helps_{f}", f"partitioning helps PS on the model with large tensors ({net}, 32 GPUs)",
+            "partitioning helps most for PS with large tensors",
+            f"{q}: PS / PS + partition step time, largest-tensor model", ">=", 1.0, [("ps", spec)], [("ps", spec)])
+        # efficiency = compute / step time: higher-I / lower-I efficiency = step(lower-I) / step(higher-I) x compute ratio
+        bands[f"proj_ranking_follows_intensity_{f}"] = pj.register(
+            claims, f"proj_ranking_follows_intensity_{f}", f"the ranking (scaling efficiency) follows I = C/D ({net}, 32 GPUs)",
+            "higher intensity scales better",
+            f"{q}: min over I-neighbours, best all-reduce efficiency higher-I / lower-I", ">=", 1.0,
+            [(ALLREDUCE_ALGOS, spec)], [(ALLREDUCE_ALGOS, spec)])
+    return bands
+
+
+def machine_checks(claims: Claims, models: Sequence[str], p: int, small_model: str, large_model: str,
+                   noise_max: float, backend: str, dry_run: bool, out: Path, **bench: Any) -> tuple[pd.DataFrame, list[str]]:
+    """The machine checks before the benchmark (`analysis.machine_precheck` on the 10GbE-like
+    network; `bench`: batch_size, steps, warmup, net_reference): a failed one marks inconclusive the
+    claims whose models it concerns. Also the intensity I = C/D of each model (compute-only step
+    time per gradient MB), which orders the models for the ranking claim before the benchmark.
+    Returns the headroom (indexed by model and network) and the models by increasing I."""
+    pre, noise, headroom = machine_precheck(models, [p], out / "precheck.csv", backend, dry_run,
+                                            networks={"10GbE-like": bs.NETWORKS["10GbE-like"]}, **bench)
+    headroom = headroom.set_index(["model", "net_name"])
+    intensity = (pre[pre.net_name == "none"].groupby("model").step_s.median()
+                 / pre.groupby("model").grad_bytes.first() * 1e6).rename("I (s per MB)")
+    by_intensity = list(intensity.sort_values().index)
+    print(f"compute-time CV {noise:.1%} (max {noise_max:.0%}); models by intensity: {' < '.join(by_intensity)}")
+    print(intensity); print(headroom.round(5))
+    for cid, needed in [("fusion_beats_wfbp", [small_model]), ("ps_partition_helps", [large_model]),
+                        ("ranking_follows_intensity", list(models))]:
+        why = bs.timing_problem(noise, noise_max, headroom.loc[needed].reset_index())
+        if why:
+            claims.precheck(cid, why)
+            print(f"{cid}: inconclusive before measuring ({why})")
+    return headroom, by_intensity
+
+
+def round_ratios(bench: pd.DataFrame, p: int, small_model: str, large_model: str,
+                 by_intensity: Sequence[str]) -> dict[str, tuple[pd.Series, str]]:
+    """The measured claims' per-round ratios at `p` workers on 10GbE-like, each with the text that
+    names it: WFBP / fusion of `small_model`, PS / PS + partition of `large_model`, and the
+    smallest ratio of best all-reduce efficiencies (compute / fastest all-reduce schedule's step)
+    of intensity neighbours, higher-I / lower-I."""
+    ten = bench[(bench.nproc == p) & (bench.net_name == "10GbE-like")]
+    per = ten.pivot_table(index=["repeat", "model"], columns="label", values="step_s")
+    best_eff = (ten.groupby("model").compute_s.first() / per[ALLREDUCE].min(axis=1)).unstack("model")
+    ranking = pd.concat([best_eff[hi] / best_eff[lo] for lo, hi in zip(by_intensity, by_intensity[1:])], axis=1).min(axis=1)
+    return {"fusion_beats_wfbp": ((per["WFBP"] / per["tensor fusion"]).xs(small_model, level="model"),
+                                  f"{small_model} WFBP / fusion"),
+            "ps_partition_helps": ((per["PS"] / per["PS + partition"]).xs(large_model, level="model"),
+                                   f"{large_model} PS / PS + partition"),
+            "ranking_follows_intensity": (ranking, "by I: " + " < ".join(by_intensity) + "; best efficiency (median) "
+                                          + ", ".join(f"{m} {best_eff[m].median():.2f}" for m in by_intensity))}
+
+
+def simulator_check(bench: pd.DataFrame, models: Sequence[str], cases: Sequence[dict[str, Any]],
+                    headroom: pd.DataFrame, backend: str, warmup: int, steps: int, dry_run: bool,
+                    out: Path) -> pd.DataFrame:
+    """The simulator's prediction of every measured step (`analysis.simulator_predictions`; the real
+    network fitted on 64 KiB .. the whole gradient, 4x apart) with `emulable`: the real network, or
+    an emulated one the precheck found emulable for that model (other emulated networks unchecked);
+    written to out/validation.csv, every pair printed (`validate.report`)."""
+    top = int(bench.grad_bytes.max())
+    sizes = sorted({4**k for k in range(8, 16) if 4**k < top} | {top})
+    val = simulator_predictions(bench, models, cases, sorted(bench.nproc.unique()), backend, warmup, steps,
+                                sizes, 2 if dry_run else 5, out)
+    emulable = headroom.emulable.to_dict()          # the precheck's (model, 10GbE-like)
+    val["emulable"] = [n == bs.REAL or bool(emulable.get((m, n), False)) for m, n in zip(val.model, val.net_name)]
+    val.to_csv(out / "validation.csv", index=False)
+    print(tv.report(val, tv.RESOLUTION))
+    return val
+
+
+def projection_roles(out: Path) -> tuple[dict[str, Profile], pd.DataFrame, str, str, list[str]]:
+    """The committed profiles of the survey's models (`PROJ_MODELS`, notes written to `out`), their
+    gradient-tensor statistics and intensity (`projection.tensor_stats`), and the roles by the same
+    rule as the benchmark's (`roles`) and the models by increasing intensity, all known before any
+    step time is projected. Returns (profiles, statistics, small, large, by intensity)."""
+    profiles = {m: pj.load_profile(m, PROJ_DEVICE, b) for m, b in PROJ_MODELS.items()}
+    stats = pd.DataFrame({m: pj.tensor_stats(p) for m, p in profiles.items()}).T
+    by_i = list(stats.intensity_ms_per_mb.sort_values().index)
+    for m, p in profiles.items():
+        pj.write_profile_note(out / f"projection_profile_{m}.txt", p)
+    small, large = roles(stats)
+    print(f"many small tensors: {small}; large tensors: {large}; by intensity: {' < '.join(by_i)}")
+    return profiles, stats, small, large, by_i
+
+
+def decide_projection(claims: Claims, bands: dict[str, pj.RatioBand | None], profiles: dict[str, Profile],
+                      small_model: str, large_model: str, by_i: Sequence[str],
+                      out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Project every method (`PROJ_CASES`) at 4..32 workers on each fabric (out/projection.csv) and
+    decide the projected claims at 32 workers within their bands: WFBP / fusion of `small_model`,
+    PS / PS + partition of `large_model`, the smallest best all-reduce efficiency ratio of intensity
+    neighbours (`by_i`), higher-I / lower-I. Returns the projection (`fabric`: the network's name)
+    and the efficiency of every method at 32 workers (rows: fabric and model)."""
+    proj = pd.concat([pj.project(p, PROJ_CASES, PROJ_NPROCS, list(PROJ_NETS.values()), PROJ_GPUS_PER_NODE, PROJ_INTRA)
+                      .assign(fabric=lambda d: d.net) for p in profiles.values()],   # the sweep labels each network by its name
+                     ignore_index=True)
+    proj.drop(columns=["params"]).to_csv(out / "projection.csv", index=False)
+    at = proj[proj.nproc == PROJ_P].set_index(["fabric", "model", "label"])
+    for f, spec in PROJ_NETS.items():
+        net = named_net(spec)[0]
+        step, eff = at.loc[net].step_s, at.loc[net].efficiency
+        lab = lambda m: pj.describe(profiles[m], PROJ_P, net, PROJ_GPUS_PER_NODE, PROJ_INTRA)   # noqa: E731
+        r = step[(small_model, "WFBP")] / step[(small_model, "tensor fusion")]
+        pj.decide(claims, f"proj_fusion_beats_wfbp_{f}", r, lab(small_model), bands[f"proj_fusion_beats_wfbp_{f}"],
+                  f"WFBP {1e3 * step[(small_model, 'WFBP')]:.1f} ms, fusion {1e3 * step[(small_model, 'tensor fusion')]:.1f} ms")
+        r = step[(large_model, "PS")] / step[(large_model, "PS + partition")]
+        pj.decide(claims, f"proj_ps_partition_helps_{f}", r, lab(large_model), bands[f"proj_ps_partition_helps_{f}"],
+                  f"PS {1e3 * step[(large_model, 'PS')]:.1f} ms, PS + partition {1e3 * step[(large_model, 'PS + partition')]:.1f} ms")
+        best = {m: eff[m][ALLREDUCE].max() for m in by_i}
+        r, lo, hi = min((best[hi] / best[lo], lo, hi) for lo, hi in zip(by_i, by_i[1:]))
+        label = "projection: " + ", ".join(f"{m} b{profiles[m].batch_size}" for m in by_i) + " on " + lab(by_i[0]).split(" on ", 1)[1]
+        pj.decide(claims, f"proj_ranking_follows_intensity_{f}", r, label, bands[f"proj_ranking_follows_intensity_{f}"],
+                  f"by I: {' < '.join(by_i)}; best efficiency " + ", ".join(f"{m} {best[m]:.2f}" for m in by_i)
+                  + f"; smallest neighbour ratio {hi}/{lo}")
+    return proj, at.efficiency.unstack("label")[ALLREDUCE + ["PS", "PS + partition"]]
+
+
+def versus_published(proj: pd.DataFrame, out: Path) -> pd.DataFrame:
+    """The projected throughput at 32 workers against the survey's published one (`PUBLISHED_32`:
+    BSP-A2A, WFBP-A2A and MG-WFBP per fabric and model), with projected / published; written to
+    out/projection_vs_published.csv."""
+    at = proj[proj.nproc == PROJ_P].set_index(["fabric", "model", "label"])
+    check = pd.DataFrame([{"fabric": f, "model": m, "method": lab, "published": v, "projected": at.throughput[(f, m, lab)]}
+                          for f, per in PUBLISHED_32.items() for m, vals in per.items()
+                          for lab, v in zip(PUBLISHED_METHODS, vals)])
+    check["projected / published"] = check.projected / check.published
+    check.to_csv(out / "projection_vs_published.csv", index=False)
+    return check

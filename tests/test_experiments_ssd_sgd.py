@@ -1,0 +1,112 @@
+"""distsgd.experiments.ssd_sgd: notebook 08's parameters, registration, networks, runs, tables and decisions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distsgd.claims import Claims
+from distsgd.experiments import ssd_sgd as ssd_exp
+
+REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"
+SSD = {"warmup": 30, "local_lr_scale": 4.0, "local_rule": "cosdcasgd"}
+
+
+def _registered() -> tuple[Claims, object, object]:
+    claims = Claims("08_ssd_sgd")
+    profile, band = ssd_exp.register_claims(claims, [2, 5], 5, "cosdcasgd", 5, 1000, "mnist", 1.2, 0.95)
+    claims.preregister(dry_run=True)
+    return claims, profile, band
+
+
+def _result(acc: float = 0.9, pulled: float = 0.8, throughput: float = 100.0, steps: list[float] | None = None):
+    """A stand-in for a Result: the fields the notebook's tables read."""
+    return SimpleNamespace(summary={"final_test_acc": pulled, "final_train_loss": 0.5, "throughput_samples_s": throughput,
+                                    "comm_bytes": 2e6, "comm_wait_s": 4.0},
+                           metrics=pd.DataFrame({"test_acc": [0.1, acc]}),
+                           step_seconds=lambda after: pd.Series(steps or [1.0, 1.0]))
+
+
+def test_parameters_and_the_committed_registration() -> None:
+    assert ssd_exp.check_parameters([2, 5, 10], 5) == (5, [2, 5])
+    for periods, seeds in [([10], 5), ([2], 1), ([2], 2.0)]:
+        with pytest.raises(ValueError):
+            ssd_exp.check_parameters(periods, seeds)
+    claims, profile, band = _registered()   # the quick profile's values (its resolution 1.2: coarser than 1 point)
+    written = json.dumps({"notebook": "08_ssd_sgd", "tests": claims.registered_tests()}, indent=1) + "\n"
+    assert written == (REGISTERED / "08_ssd_sgd.json").read_text()     # byte for byte
+    assert "±1.2 points at 95% accuracy" in claims.claims["acc_close_k5"].precheck
+    assert profile.model == "resnet20" and claims.claims["warmup_needed"].precheck is None
+
+
+def test_scaled_networks_from_the_unemulated_runs(monkeypatch) -> None:
+    calls = []
+
+    def run(algo, name, net, **kw):
+        calls.append((algo, name, net))
+        step = 0.010 if algo == "local_sgd" else 0.013
+        return SimpleNamespace(steady_step_time=lambda: step, comm=lambda: pd.DataFrame({"nbytes": [100_000]}))
+
+    monkeypatch.setattr(ssd_exp, "run", run)
+    claims = Claims("08_ssd_sgd")
+    ssd_exp.register_claims(claims, [5], 5, "cosdcasgd", 5, 1000, "mnist", 0.5, 0.95)
+    low, high, sync = ssd_exp.scaled_networks(claims, {"nproc": 4, "steps": 2}, 5, 0.25, "20us", 0.75)
+    assert calls == [("local_sgd", "local_sgd_k5_nonet", ""), ("ssgd", "ssgd_nonet", "")]
+    # bandwidth: 2 (p-1)/p x 100 kB x 8 / (0.25 x 10 ms) = 480 Mbit/s; latency 0.75 x 10 ms / 6 = 1250 us
+    assert (low, high) == ("480.0Mbit,20us", "480.0Mbit,1250us") and sync == pytest.approx(0.3)
+    assert "+30% of c synchronizing" in claims.claims["latency_gain_grows"].precheck
+
+
+def test_network_and_accuracy_runs_name_every_variant(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(ssd_exp, "run", lambda **kw: calls.append(kw) or _result(acc=0.5 + len(calls) / 100))
+    runs = ssd_exp.network_runs({"steps": 2}, SSD, 5, [2, 5, 10], "1Mbit,1ms")
+    assert list(runs) == ["S-SGD", "local SGD k=5", "OD-SGD (k=1)", "SSD-SGD k=2", "SSD-SGD k=5", "SSD-SGD k=10",
+                          "SSD-SGD k=5, no warm-up", "SSD-SGD k=5, rule none", "SSD-SGD k=5, rule dc (shown)"]
+    assert [c["name"] for c in calls] == ["ssgd", "local_sgd_k5", "od_sgd", "ssd_k2", "ssd_k5", "ssd_k10",
+                                          "ssd_k5_nowarm", "ssd_k5_none", "ssd_k5_dc"]
+    assert calls[6]["params"] == {**SSD, "period": 5, "warmup": 0} and {c["net"] for c in calls} == {"1Mbit,1ms"}
+    calls.clear()
+    acc, pulled, acc_runs = ssd_exp.accuracy_runs({"data": "digits", "seed": 0}, SSD, [2, 5], 5, "mnist", [3, 4])
+    assert calls[1]["name"] == "ssd_sgd_warmup30_local_lr_scale4.0_local_rulecosdcasgd_period2_mnist_s3"
+    assert calls[0]["name"] == "ssgd__mnist_s3" and calls[5]["seed"] == 4 and calls[5]["data"] == "mnist"
+    assert list(acc.columns) == ["S-SGD", "SSD-SGD k=2", "SSD-SGD k=5", "SSD-SGD k=5, no warm-up",
+                                 "SSD-SGD k=5, rule none"] and acc.index.name == "seed"
+    assert acc.loc[4, "S-SGD"] == pytest.approx(56.0) and (pulled == 80.0).all().all() and len(acc_runs) == 10
+
+
+def test_summary_and_latency_gain_tables() -> None:
+    runs = {"S-SGD": _result(throughput=100.0, steps=[2.0, 2.0]), "SSD-SGD k=5": _result(throughput=150.0)}
+    table = ssd_exp.summary_table(runs, nproc=4)
+    assert list(table.method) == ["S-SGD", "SSD-SGD k=5"] and table["blocked on communication (s/rank)"].iloc[0] == 1.0
+    assert table["test acc (local)"].iloc[0] == 0.9 and table["test acc (pulled)"].iloc[0] == 0.8
+    low = {"S-SGD": _result(throughput=100.0, steps=[1.2, 1.2]), "SSD-SGD k=5": _result(throughput=110.0)}
+    gain, growth, tp = ssd_exp.latency_gain({"lo": low, "hi": runs}, "lo", "hi", 5, 1)
+    assert gain.to_dict() == pytest.approx({"lo": 0.1, "hi": 0.5})
+    assert list(growth) == pytest.approx([0.8, 0.8]) and len(tp) == 4
+
+
+def test_decide_accuracy_pairs_the_seeds_per_test_image() -> None:
+    claims, _, _ = _registered()
+    correct = {"S-SGD": [1, 1, 1, 1], "SSD-SGD k=2": [1, 1, 1, 1], "SSD-SGD k=5": [1, 1, 1, 0],
+               "SSD-SGD k=5, no warm-up": [0, 0, 0, 0], "SSD-SGD k=5, rule none": [1, 1, 1, 1]}
+    runs = {(s, m): SimpleNamespace(test_correct=lambda model, c=c: np.array(c, float))
+            for s in (0, 1) for m, c in correct.items()}
+    ssd_exp.decide_accuracy(claims, runs, [0, 1], [2, 5], 5)
+    table = claims.table().set_index("id")
+    assert table.loc["acc_close_k2", "estimate"] == 0 and table.loc["acc_close_k5", "estimate"] == pytest.approx(25)
+    assert table.loc["warmup_needed", "estimate"] == pytest.approx(75)
+    assert table.loc["local_rule_needed", "estimate"] == pytest.approx(-25)
+
+
+def test_the_projected_latency_claim(tmp_path) -> None:
+    claims, profile, band = _registered()
+    proj, table = ssd_exp.decide_projection(claims, profile, band, tmp_path)
+    assert list(table.index) == ssd_exp.PROJ_LATENCIES_US and (tmp_path / "projection.csv").is_file()
+    assert list(table.speedup) == pytest.approx(list(table["S-SGD (ms/step)"] / table["SSD-SGD k=5 (ms/step)"]))
+    decided = claims.table().set_index("id").loc["proj_latency_gain_grows"]
+    assert decided.estimate == pytest.approx(table.speedup[2000] / table.speedup[2])
