@@ -1,4 +1,4 @@
-"""distsgd.analysis: first time a run reaches a target; gradient diversity ζ²."""
+"""distsgd.analysis: first time a run reaches a target; gradient diversity ζ²; log ratios."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import torch
 
-from distsgd.analysis import first_reaching, gradient_diversity
+from distsgd.analysis import first_reaching, gradient_diversity, log2_ratio
 from distsgd.data.base import TensorSource
 
 
@@ -35,3 +35,9 @@ def test_gradient_diversity_is_zero_for_identical_shards_and_grows_with_disagree
         g.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
     expected = float(((g[0] - g[1]) / 2).pow(2).sum())        # each local gradient is ±(g0-g1)/2 off the mean
     assert abs(gradient_diversity(model, source, split) - expected) < 1e-6
+
+
+def test_log2_ratio_with_and_without_an_offset() -> None:
+    assert log2_ratio(2.0, 1.0) == 1.0 and log2_ratio(0.25, 1.0) == -2.0
+    assert log2_ratio(0.0, 3.0, offset=1) == -2.0             # a target reached before any reduction counts
+    assert math.isnan(log2_ratio(float("nan"), 1.0, offset=1))

@@ -1,11 +1,13 @@
-"""Analysis the notebooks share: time to a target, gradient diversity.
+"""Analysis the notebooks share: time to a target, gradient diversity, log ratios.
 
-When a run first reaches a target, and the gradient diversity ζ² of a data split: plain functions
-of a run's metrics or of a model and its data, tested in tests/test_analysis.py."""
+When a run first reaches a target, the gradient diversity ζ² of a data split, the log ratio of two
+values: plain functions of a run's metrics, of a model and its data, or of numbers, tested in
+tests/test_analysis.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -35,3 +37,10 @@ def gradient_diversity(model: nn.Module, source: TensorSource, parts: Sequence[T
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
     g = torch.stack(grads)
     return float(((g - g.mean(0)) ** 2).sum(1).mean())
+
+
+def log2_ratio(a: float, b: float, offset: float = 0.0) -> float:
+    """log2((a + offset) / (b + offset)): a against b on a log scale (0 when equal, +1 when a is twice
+    b), the per-seed quantity of ratio claims. `offset` 1 counts a zero (a target reached before any
+    global reduction); NaN when either is NaN."""
+    return float(np.log2((a + offset) / (b + offset)))
