@@ -1,5 +1,7 @@
-"""Notebook 09 (Cong, Yang & Zhou, reducing global reductions; KAVG): its claims, runs, tables and
-the per-seed values its verdicts are decided on.
+"""Notebook 09's experiment (KAVG, local reductions, reduction momentum): claims, runs, tables.
+
+Cong, Yang & Zhou, reducing global reductions: the registration, the runs, their tables, the global
+reductions to a target and the per-seed values the verdicts are decided on.
 
 Runs are keyed (optimizer, method, seed); methods are "synchronous", "KAVG K={k}" and
 "local+momentum K_g={k} mu={m}"."""

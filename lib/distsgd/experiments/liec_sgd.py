@@ -1,5 +1,7 @@
-"""Notebook 02 (Cheng et al. 2024, LIEC-SGD as the authors' code runs it): its methods, claims,
-runs, the ledger's bytes per worker, the loss claims' intervals and the byte-formula invariant.
+"""Notebook 02's experiment (LIEC-SGD as the authors' code runs it): claims, runs, bytes, decisions.
+
+Cheng et al. 2024: the methods, the registration, the runs, the ledger's bytes per worker, the loss
+claims' intervals and the byte-formula invariant.
 
 Runs of a setup are keyed (method label, seed); labels are "P-SGD", "MEM-SGD", "DoubleSqueeze"
 and "LIEC-SGD({H})"."""

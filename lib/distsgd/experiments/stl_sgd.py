@@ -1,6 +1,8 @@
-"""Notebook 04 (Shen et al. 2021, STL-SGD: stagewise local SGD): its claims, the optimum f*, runs,
-sub-optimality curves, rounds to reach a target, the schedule's round count, the invariants and the
-per-seed values its verdicts are decided on.
+"""Notebook 04's experiment (STL-SGD, stagewise local SGD): f*, claims, runs, gaps, invariants.
+
+Shen et al. 2021: the registration, the optimum f*, the runs, sub-optimality curves, rounds to reach
+a target, the schedule's round count, the invariants and the per-seed values the verdicts are
+decided on.
 
 Runs are keyed (split, method, seed): split "IID" or "non-IID", method "S-SGD", "local SGD k={k}"
 or "STL-SGD"."""

@@ -1,5 +1,7 @@
-"""Notebook 05 (Liang et al. 2019, VRL-SGD): its claims, runs, tables, the paper-setting section
-beside the authors' curves, and the per-seed values its verdicts are decided on.
+"""Notebook 05's experiment (VRL-SGD on non-identical data): claims, runs, tables, decisions.
+
+Liang et al. 2019: the registration, the runs (digits, the synthetic ζ² knob, the paper's setting
+beside the authors' curves), their tables and the per-seed values the verdicts are decided on.
 
 Digits runs are keyed (label, seed): "S-SGD {split}" and "{method} {split} k={k}" with method
 "local SGD" or "VRL-SGD"; synthetic losses are keyed (method, shift, seed)."""
