@@ -1,4 +1,4 @@
-"""distsgd.analysis: first time a run reaches a target; gradient diversity ζ²."""
+"""distsgd.analysis: first time a run reaches a target; gradient diversity ζ²; log ratios."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import torch
 
-from distsgd.analysis import first_reaching, gradient_diversity
+from distsgd.analysis import first_reaching, gradient_diversity, log2_ratio
 from distsgd.data.base import TensorSource
 
 
@@ -106,3 +106,8 @@ def test_simulator_predictions_fit_the_real_network_only_where_it_was_run(monkey
                                                           [2**20, 2**22], 3, tmp_path)
     assert profiles["mlp"][2] == "cuda" and calls == [(2, (2**20, 2**22), 3)]
     assert abs(nets[2, "real"].bandwidth_Bps - 1e9) / 1e9 < 1e-3 and (tmp_path / "real_collectives_p2.csv").is_file()
+
+def test_log2_ratio_with_and_without_an_offset() -> None:
+    assert log2_ratio(2.0, 1.0) == 1.0 and log2_ratio(0.25, 1.0) == -2.0
+    assert log2_ratio(0.0, 3.0, offset=1) == -2.0             # a target reached before any reduction counts
+    assert math.isnan(log2_ratio(float("nan"), 1.0, offset=1))

@@ -1,15 +1,16 @@
-"""Analysis the notebooks share: time to a target, gradient diversity, timing benchmarks.
+"""Analysis the notebooks share: time to a target, gradient diversity, log ratios, timing benchmarks.
 
-When a run first reaches a target, and the gradient diversity ζ² of a data split: plain functions
-of a run's metrics or of a model and its data. For the timing benchmarks (06, 07, 10): the machine
-checks before them, a claim decided on per-round ratios, and the simulator's prediction of their
-measured steps. Tested in tests/test_analysis.py."""
+When a run first reaches a target, the gradient diversity ζ² of a data split, the log ratio of two
+values: plain functions of a run's metrics, of a model and its data, or of numbers. For the timing
+benchmarks (06, 07, 10): the machine checks before them, a claim decided on per-round ratios, and
+the simulator's prediction of their measured steps. Tested in tests/test_analysis.py."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -105,3 +106,10 @@ def simulator_predictions(bench: pd.DataFrame, models: Sequence[str], cases: Seq
             print(f"p = {p}: {backend}'s all-reduce behaves like {fit.bandwidth_Bps / 1e9:.1f} GB/s per link, "
                   f"{1e6 * fit.latency_s:.1f} us per message")
     return tv.predict(bench, profiles, cases, networks=fitted, warmup=warmup, steps=steps)
+
+
+def log2_ratio(a: float, b: float, offset: float = 0.0) -> float:
+    """log2((a + offset) / (b + offset)): a against b on a log scale (0 when equal, +1 when a is twice
+    b), the per-seed quantity of ratio claims. `offset` 1 counts a zero (a target reached before any
+    global reduction); NaN when either is NaN."""
+    return float(np.log2((a + offset) / (b + offset)))
