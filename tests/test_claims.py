@@ -295,11 +295,14 @@ RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", 
 
 def runs_or_measures(cell: str) -> bool:
     """Whether a code cell starts a run or a measurement when it executes (not in a function it
-    only defines)."""
+    only defines): one of `RUNS_OR_MEASURES`, or a call of a function named run_* (the
+    experiments modules' convention for the functions that run)."""
     import ast
+    import re
 
     body = [s for s in ast.parse(cell).body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))]
-    return any(k in ast.get_source_segment(cell, s) for s in body for k in RUNS_OR_MEASURES)
+    return any(k in ast.get_source_segment(cell, s) or re.search(r"\brun_\w*\(", ast.get_source_segment(cell, s))
+               for s in body for k in RUNS_OR_MEASURES)
 
 
 def test_a_claim_without_a_finite_interval_says_so() -> None:
