@@ -271,7 +271,7 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
 
 
 def issued_collectives(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock: Rank,
-                steps: int) -> pd.DataFrame:
+                       steps: int) -> pd.DataFrame:
     """The collectives of a run of `steps` steps from a fresh start, its `finalize` included,
     one row each in issue order (`COLLECTIVE_COLUMNS`): what the run's comm.csv lists for this rank."""
     driven = drive(profile, cls, params, clock, steps)
@@ -279,9 +279,4 @@ def issued_collectives(profile: Profile, cls: type[Algorithm], params: dict[str,
     driven.comm.step = steps - 1
     driven.algorithm.finalize()
     return driven.comm.collectives()
-
-
-def first_repeat(signature: list[tuple], cycle: int) -> bool:
-    """True if the last `cycle` steps of `signature` issued what the `cycle` steps before them did."""
-    return len(signature) >= 2 * cycle and signature[-cycle:] == signature[-2 * cycle:-cycle]
 
