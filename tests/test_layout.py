@@ -68,3 +68,21 @@ def test_the_graph_sees_a_late_import_that_closes_a_circle(tmp_path) -> None:
     (lib / "c.py").write_text("from . import d\n")
     (lib / "d.py").write_text("import math\n")
     assert circles(import_edges(lib)) == [{"a", "pkg"}]
+
+
+NOTEBOOKS = sorted((LIB.parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+THIN = 100       # issue 36: a notebook is its parameters, runs, figures and verdicts
+
+
+def code_lines(path: Path) -> int:
+    """Non-blank lines of a notebook's code cells."""
+    import nbformat
+
+    return sum(1 for c in nbformat.read(path, 4).cells if c.cell_type == "code"
+               for line in c.source.splitlines() if line.strip())
+
+
+def test_every_notebook_is_thin() -> None:
+    assert len(NOTEBOOKS) == 11
+    thick = {p.stem: n for p in NOTEBOOKS if (n := code_lines(p)) > THIN}
+    assert not thick, f"notebooks over {THIN} non-blank code lines (move analysis to distsgd.experiments): {thick}"
