@@ -72,7 +72,7 @@ def fusion_groups(modules: list[torch.nn.Module], threshold_bytes: float, nearby
 
 def fusion_counts(nbytes: list[int], threshold_bytes: float, nearby: int) -> list[int]:
     """`fusion_groups` on the modules' gradient bytes only (forward order): the number of
-    modules in each group; used by the planners that hold no modules (the timeline simulator)."""
+    modules in each group; used where no modules are held (`projection.grid_twins`)."""
     counts: list[int] = []
     size = 0
     for n in nbytes:

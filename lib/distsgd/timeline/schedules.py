@@ -2,7 +2,7 @@
 kit's own algorithm class (`timeline.driver`, every other case): what each library does with the
 gradients, in `step.train_step`'s hook order on a profile instead of a model:
 
-    before_forward; per layer in forward order: before_layer, its forward_s;
+    per layer in forward order: its forward_s;
     per layer in backward order: its backward_s, then grad_ready(t) for each of its tensors;
     after_backward; optimizer_step; after_step
 
@@ -55,7 +55,6 @@ class Simulated:
         self.layers = profile.layers                                  # backward order
         self.tensor_bytes = [b for layer in self.layers for b in layer.tensor_bytes]
         self.tensor_numel = [n for layer in self.layers for n in layer.tensor_numel]
-        self.tensor_layer = [i for i, layer in enumerate(self.layers) for _ in layer.tensor_bytes]
         self.element_size = [max(1, b // max(n, 1)) for b, n in zip(self.tensor_bytes, self.tensor_numel)]
         self.link = rank.topology.group_link(self.p, self.p)          # the world's link
         self.build()
@@ -67,9 +66,7 @@ class Simulated:
     def iteration(self, step: int) -> None:
         r = self.rank
         r.step = step
-        self.before_forward(step)
         for i in reversed(range(len(self.layers))):
-            self.before_layer(i)
             r.compute(f"forward {self.layers[i].name}", self.layers[i].forward_s)
         t = 0
         for i, layer in enumerate(self.layers):
@@ -91,12 +88,6 @@ class Simulated:
         return self.rank.issue(kind, nbytes, name, link=self.link)
 
     # ------------------------------------------------------------------ hooks
-    def before_forward(self, step: int) -> None:
-        pass
-
-    def before_layer(self, layer: int) -> None:
-        pass
-
     def grad_ready(self, tensor: int) -> None:
         pass
 

@@ -162,8 +162,8 @@ def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simula
     algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
     (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement;
     and ssd_sgd (`local`), whose rules the simulator cannot price from its own class yet."""
-    if algo == DDP.algo or algo == SSDSGD.algo:
-        return DDP if algo == DDP.algo else SSDSGD
+    if algo in (DDP.algo, SSDSGD.algo):
+        return {DDP.algo: DDP, SSDSGD.algo: SSDSGD}[algo]
     if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
         return HorovodWFBP
     if algo == BytePS.algo and topology.servers is not None:
