@@ -77,7 +77,7 @@ def train_rank(rank: int, world: int) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     algo = distsgd.algorithms.create(SparseAveraging.name, {"every": 2})
     config = distsgd.Config(algo=SparseAveraging.name, params={"every": 2}, nproc=world).validate()
-    net = algo.setup(model, optimizer, comm, config)
+    net = algo.setup(model, optimizer, comm, config.facts())
     train_steps(algo, optimizer, net, F.cross_entropy, lambda s: batch(s, rank), 0, STEPS)
     algo.finalize()
     rows = [(e.step, e.kind, e.scope, e.nbytes, e.group_size, rank) for e in comm.ledger.entries]

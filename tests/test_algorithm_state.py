@@ -49,25 +49,31 @@ def _model(seed: int) -> torch.nn.Module:
                                torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
 
 
-def _start(name: str, comm, seed: int):
-    """A model, its optimizer and the algorithm set up on them."""
-    from distsgd.algorithms import create
+def _config(name: str):
+    """The run's config of algorithm `name`: its facts for setup, its schedule for the loop."""
     from distsgd.config import Config
 
     momentum = 0.0 if name in PLAIN_SGD else 0.9
+    return Config(algo=name, params=CASES[name], nproc=WORLD, lr=LR, momentum=momentum,
+                  weight_decay=1e-3, batch_size=8, steps=STEPS, **SCHEDULE.get(name, {}))
+
+
+def _start(name: str, comm, seed: int):
+    """A model, its optimizer and the algorithm set up on them."""
+    from distsgd.algorithms import create
+
+    config = _config(name)
     model = _model(seed)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum, weight_decay=1e-3)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=config.momentum, weight_decay=1e-3)
     algo = create(name, CASES[name])
-    config = Config(algo=name, params=CASES[name], nproc=WORLD, lr=LR, momentum=momentum,
-                    weight_decay=1e-3, batch_size=8, steps=STEPS, **SCHEDULE.get(name, {}))
-    net = algo.setup(model, opt, comm, config)
+    net = algo.setup(model, opt, comm, config.facts())
     return model, opt, algo, net
 
 
 def _run(algo, net, opt, rank: int, start: int, stop: int) -> None:
     """Steps start..stop-1 in distsgd.train's hook order, on batches fixed by (rank, step)."""
     for step in range(start, stop):
-        lr = algo.learning_rate(step, lr_at(algo.config, step))
+        lr = algo.learning_rate(step, lr_at(_config(algo.name), step))
         for group in opt.param_groups:
             group["lr"] = lr
         g = torch.Generator().manual_seed(1000 * rank + step)

@@ -46,7 +46,7 @@ def _cocod_worker(rank: int, world: int) -> list[dict]:
         model = _toy_model()
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         algo = create("cocod_sgd", {"period": PERIOD, "batch_weights": weights})
-        algo.setup(model, opt, comm, config)
+        algo.setup(model, opt, comm, config.facts())
         trajectory = []
         for step in range(STEPS):
             algo.before_forward(step)

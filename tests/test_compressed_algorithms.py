@@ -77,7 +77,7 @@ def _train_tiny(comm, algo, config, rank: int) -> dict:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
-    algo.setup(model, opt, comm, config)
+    algo.setup(model, opt, comm, config.facts())
     gen = torch.Generator().manual_seed(100 + rank)
     params = lambda: torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
     out = {"error": [], "entries": [], "params": []}

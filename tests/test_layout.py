@@ -1,5 +1,5 @@
 """The library's import graph (issue 32: a layout that is the data flow): no import circle between
-its top-level modules and packages beyond the ones listed here, each to be removed; a new one fails.
+its top-level modules and packages.
 
 Every relative import counts: a late one inside a function, and one under ``if TYPE_CHECKING:`` (a
 reader follows it all the same). A package (`distsgd.algorithms`, `distsgd.timeline`, ...) is one
@@ -15,9 +15,6 @@ from scipy.sparse.csgraph import connected_components
 
 LIB = Path(__file__).resolve().parent.parent / "lib" / "distsgd"
 
-# the circle left, to be removed by issue 32 (results <-> checkpoint, projection <-> timeline,
-# claims <-> headlines and memory <-> models are gone)
-KNOWN = [{"algorithms", "config", "schedule"}]
 
 
 def import_edges(lib: Path = LIB) -> set[tuple[str, str]]:
@@ -50,12 +47,9 @@ def circles(edges: set[tuple[str, str]]) -> list[set[str]]:
     return [g for g in groups if len(g) > 1]
 
 
-def test_no_import_circle_beyond_the_known_ones() -> None:
-    found = circles(import_edges())
-    new = [sorted(c) for c in found if c not in KNOWN]
-    gone = [sorted(c) for c in KNOWN if c not in found]
-    assert not new, f"new import circle(s) in lib/distsgd: {new}"
-    assert not gone, f"circle(s) no longer there: {gone}; remove them from KNOWN"
+def test_no_import_circle() -> None:
+    found = [sorted(c) for c in circles(import_edges())]
+    assert not found, f"import circle(s) in lib/distsgd: {found}"
 
 
 def test_the_graph_sees_a_late_import_that_closes_a_circle(tmp_path) -> None:

@@ -47,7 +47,7 @@ def _train(rank, world, cases, net):
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
         comm = Comm(rank, world, torch.device("cpu"), parse_net(net))
         a = create(algo, params)
-        run = a.setup(model, opt, comm, Config(algo=algo, params=params, nproc=world, momentum=0.9))
+        run = a.setup(model, opt, comm, Config(algo=algo, params=params, nproc=world, momentum=0.9).facts())
         train_steps(a, opt, run, torch.nn.functional.cross_entropy, synthetic_batches((3, 8, 8), 8, seed=rank), 0, STEPS)
         before = [p.detach().numpy().copy() for p in model.parameters()]
         a.finalize()

@@ -54,7 +54,7 @@ def _ssd_worker(rank: int, world: int) -> list[dict]:
         model = _toy_model()
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
         algo = create("ssd_sgd", {**params, "local_lr_scale": SCALE})
-        algo.setup(model, opt, comm, config)
+        algo.setup(model, opt, comm, config.facts())
         trajectory = []
         for step in range(STEPS):
             comm.step = step
@@ -228,7 +228,7 @@ def test_local_rule_allocates_no_model_sized_buffer(rule):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
     algo = create("ssd_sgd", {"warmup": 0, "local_rule": rule, "dc_lambda": 0.5})
     algo.setup(model, opt, Comm(0, 2, torch.device("cpu")), Config(algo="ssd_sgd", nproc=2, lr=LR, momentum=MOMENTUM,
-                                                                    weight_decay=WD))
+                                                                    weight_decay=WD).facts())
     model(torch.randn(4, 256)).square().mean().backward()
     nbytes = algo.local.numel() * algo.local.element_size()
     algo._local_rule(algo._gradient().div_(2))                       # first call: nothing lazy left

@@ -29,7 +29,7 @@ def _vrl_on_rank(rank: int, world: int, period: int, warmup: bool, steps: int) -
     model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     algo = create("vrl_sgd", {"period": period, "warmup": warmup})
-    algo.setup(model, opt, comm, Config(algo="vrl_sgd"))
+    algo.setup(model, opt, comm, Config(algo="vrl_sgd").facts())
     g = torch.Generator().manual_seed(100 + rank)
     sums = []
     for step in range(steps):
@@ -129,7 +129,7 @@ def _same_data_on_every_rank(rank: int, world: int, algo_name: str, steps: int) 
     model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     algo = create(algo_name, {"period": 4})
-    algo.setup(model, opt, comm, Config(algo=algo_name))
+    algo.setup(model, opt, comm, Config(algo=algo_name).facts())
     g = torch.Generator().manual_seed(7)                     # not rank-dependent
     for step in range(steps):
         x = torch.randn(16, 5, generator=g)
@@ -179,7 +179,7 @@ def _schedule_on_rank(rank: int, world: int, algo_name: str, period: int, warm_s
     params = {"period": period} if algo_name != "ssgd" else {}
     algo = create(algo_name, params)
     config = Config(algo=algo_name, warm_start_epochs=warm_start_epochs, epoch_average=epoch_average)
-    net = algo.setup(model, opt, comm, config, epoch_steps=epoch_steps)
+    net = algo.setup(model, opt, comm, config.facts(), epoch_steps=epoch_steps)
     g = torch.Generator().manual_seed(100 + rank)
     out = []
     for step in range(steps):

@@ -199,18 +199,15 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
     (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read after
     `torch.cuda.synchronize`, and before it for the host's share), the model's repeated blocks cut
     to `depth` (`bench_model`)."""
-    from .algorithms import Algorithm, create
+    from .algorithms import Algorithm, RunFacts, create
     from .comm import Comm, parse_net
-    from .config import Config
 
     shape = shape or INPUT_SHAPES[case.model]
     model = fresh_bench_model(case.model, tuple(shape), depth).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     comm = Comm(rank, world, device, parse_net(case.net))
     algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
-    config = Config(algo="ssgd" if case.algo == "compute" else case.algo, params=case.params,
-                    model=case.model, nproc=world, batch_size=batch_size, momentum=0.9, net=case.net)
-    net = algo.setup(model, optimizer, comm, config)
+    net = algo.setup(model, optimizer, comm, RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
     batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model), device=device)
     net.train()
     try:

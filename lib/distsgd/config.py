@@ -11,9 +11,12 @@ import importlib.util
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .algorithms.base import RunFacts
 
 OPTIMIZERS = ("sgd", "adam")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -185,8 +188,16 @@ class Config:
         parse_net(self.net)
         algo = algorithms.REGISTRY[self.algo]
         params = algo.resolve_params(self.params)
-        algo.check_config(params, self)
+        algo.check_run(params, self.facts())
         return dataclasses.replace(self, params=params)
+
+    def facts(self) -> "RunFacts":
+        """What the algorithm knows of this run besides its parameters (`algorithms.RunFacts`)."""
+        from .algorithms.base import RunFacts
+
+        return RunFacts(nproc=self.nproc, batch_size=self.batch_size, optimizer=self.optimizer,
+                        momentum=self.momentum, seed=self.seed, schedule=self.schedule,
+                        warm_start_epochs=self.warm_start_epochs, epoch_average=self.epoch_average)
 
     def _with_algorithm_schedule(self) -> "Config":
         """This config with schedule '' replaced by the algorithm's (`Algorithm.default_schedule`);

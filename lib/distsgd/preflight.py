@@ -27,7 +27,7 @@ def preflight(config: Config) -> None:
     if n < config.nproc:
         raise ConfigError("nproc", config.nproc, f"at most {n}", f"{config.data} has {n} training samples")
     shards = data.partition(labels, config.nproc, config.partition, config.seed)
-    batches = algorithms.REGISTRY[config.algo].batch_sizes(config.params, config)
+    batches = algorithms.REGISTRY[config.algo].batch_sizes(config.params, config.facts())
     for rank, (shard, batch) in enumerate(zip(shards, batches)):
         if len(shard) < batch:
             raise ConfigError(

@@ -25,10 +25,18 @@ any algorithm can run on it, so STL-SGD's baselines train with the same rates.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .config import Config
+
+class Scheduled(Protocol):
+    """The fields of a run's config that its schedule reads (`distsgd.Config` has them)."""
+
+    lr: float
+    steps: int
+    schedule: str
+    warmup_steps: int
+    stage_steps: int
+    milestones: list[int]
 
 DECAY = {"step": 0.1, "multistep": 0.1, "stagewise": 0.5}   # the rate's factor from a stage to the next
 STAGED = tuple(DECAY)                       # the schedules whose rate is constant within a stage
@@ -49,7 +57,7 @@ def stage_end(stage: int, stage_steps: int) -> int:
     return stage_steps * (2 ** (stage + 1) - 1)
 
 
-def milestones_of(config: "Config") -> list[float]:
+def milestones_of(config: Scheduled) -> list[float]:
     """The steps at which the step or multistep schedule of `config` decays: 50% and 75% of the
     steps (step), or the config's `milestones` (multistep)."""
     if config.schedule == "step":
@@ -63,7 +71,7 @@ def default_stage_steps(steps: int, warmup_steps: int) -> int:
     return max(1, (steps - warmup_steps) // stage_end(DEFAULT_STAGES - 1, 1))
 
 
-def stage_at(config: "Config", step: int) -> int:
+def stage_at(config: Scheduled, step: int) -> int:
     """How many times the schedule has decayed by `step` (0 during warm-up and for the
     schedules without stages)."""
     t = step - config.warmup_steps
@@ -74,7 +82,7 @@ def stage_at(config: "Config", step: int) -> int:
     return sum(step >= m for m in milestones_of(config))
 
 
-def lr_at(config: "Config", step: int) -> float:
+def lr_at(config: Scheduled, step: int) -> float:
     """Learning rate at `step`: linear warm-up, then the config's schedule (module docstring)."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps

@@ -129,9 +129,9 @@ class Trainer:
                                  **c.model_options).to(self.device)
         self.optimizer = make_optimizer(self.model, c)
         self.algo = create(c.algo, c.params)
-        batches = type(self.algo).batch_sizes(self.algo.param_values(), c)
+        batches = type(self.algo).batch_sizes(self.algo.param_values(), c.facts())
         self.epoch_steps = steps_per_epoch([len(s) for s in shards], batches)
-        self.net = self.algo.setup(self.model, self.optimizer, comm, c, epoch_steps=self.epoch_steps)
+        self.net = self.algo.setup(self.model, self.optimizer, comm, c.facts(), epoch_steps=self.epoch_steps)
         self.evaluated_correct: torch.Tensor | None = None   # the last step's evaluation, per test example
 
     def batches(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

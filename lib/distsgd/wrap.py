@@ -149,16 +149,16 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, algo: str, *,
                     net=net if isinstance(net, str) else "", launcher="env")
     if batch_size is not None:
         config = dataclasses.replace(config, batch_size=batch_size)
-    elif len(set(cls.batch_sizes(resolved, config))) > 1:
+    elif len(set(cls.batch_sizes(resolved, config.facts()))) > 1:
         raise ConfigError("batch_size", None, "the per-rank mini-batch size",
                           f"{algo} with these parameters sets per-rank batch sizes from it")
-    cls.check_config(resolved, config)
+    cls.check_run(resolved, config.facts())
     device = next(model.parameters()).device
     comm = Comm.on_group(device, parse_net(net) if isinstance(net, str) else net, group)
     if ledger is not None:
         comm.ledger = ledger
     algorithm = cls(**resolved)
-    net_module = algorithm.setup(model, optimizer, comm, config)
+    net_module = algorithm.setup(model, optimizer, comm, config.facts())
     wrapped = DistributedOptimizer(optimizer, algorithm)
 
     def before_forward(module: torch.nn.Module, args: Any) -> None:

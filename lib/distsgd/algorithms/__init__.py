@@ -6,7 +6,7 @@ available (`create`, `python -m distsgd list`) with no edit elsewhere."""
 import importlib
 import pkgutil
 
-from .base import Algorithm, Param
+from .base import Algorithm, Param, RunFacts
 from .registry import REGISTRY, create, register
 
 
@@ -21,4 +21,4 @@ def import_modules(package: str, path: list[str]) -> list[str]:
 
 import_modules(__name__, __path__)
 
-__all__ = ["Algorithm", "Param", "REGISTRY", "create", "register"]
+__all__ = ["Algorithm", "Param", "REGISTRY", "RunFacts", "create", "register"]

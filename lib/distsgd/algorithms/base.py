@@ -28,7 +28,8 @@ What a subclass declares, each in one place:
   A field is a tensor (restored in place, so views of it stay valid), an object with its own
   state_dict / load_state_dict (`Period`, `ErrorFeedback`), or a plain value (number, string,
   None, list); tensors and plain containers only, so ``torch.load(weights_only=True)`` reads it.
-- `build()`: creates that state (and buffers, hooks) once the model, optimizer, comm and config
+- `build()`: creates that state (and buffers, hooks) once the model, optimizer, comm and the run's
+  facts (`RunFacts`: the few fields of the run's config an algorithm reads, not the whole `Config`)
   are set. `setup()`, which the loop calls, stores those four, sets `self.net = model` (the module
   the loop runs forward on), calls `build()` and returns `self.net`; a `build()` that wraps the
   model (DDP) replaces `self.net`. A subclass calls `super().build()` first.
@@ -47,7 +48,22 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..comm import Comm
-    from ..config import Config
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What an algorithm knows of the run besides its own parameters: the fields of the run's
+    config it checks or reads (`Config.facts()` makes them; a test or `distsgd.wrap` may build
+    them directly). The learning rate itself reaches the algorithm per step (`learning_rate`)."""
+
+    nproc: int                          # ranks
+    batch_size: int = 32                # the config's mini-batch size per rank
+    optimizer: str = "sgd"              # "sgd" or "adam": what the loop's optimizer is
+    momentum: float = 0.0               # its momentum
+    seed: int = 0                       # the run's seed (compression's random streams)
+    schedule: str = "constant"          # the learning-rate schedule's name (`distsgd.schedule`)
+    warm_start_epochs: int = 0          # the VRL-SGD authors' epoch schedule (`algorithms.epochs`)
+    epoch_average: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,7 @@ class Algorithm:
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)
     optimizer: torch.optim.Optimizer
     comm: "Comm"
-    config: "Config"
+    facts: RunFacts
     epoch_steps: int                       # the run's steps per epoch (0: not known)
 
     def __init__(self, **params: Any) -> None:
@@ -109,8 +125,8 @@ class Algorithm:
         return {name: p.validate(given.get(name, p.default)) for name, p in known.items()}
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        """Checks that involve the rest of the config (e.g. a group count dividing nproc);
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        """Checks that involve the rest of the run (e.g. a group count dividing nproc);
         raise ConfigError. Called by Config.validate, before any process starts."""
 
     @classmethod
@@ -127,18 +143,18 @@ class Algorithm:
 
     # ------------------------------------------------------------------ hooks
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
-              config: "Config", epoch_steps: int = 0) -> torch.nn.Module:
+              facts: RunFacts, epoch_steps: int = 0) -> torch.nn.Module:
         """Store the pieces, build(); return the module the loop runs forward on (self.net).
         `epoch_steps`: the run's steps per epoch (`distsgd.train.steps_per_epoch`; 0: unknown),
-        which the epoch schedule of `config` (warm_start_epochs, epoch_average) counts in."""
-        self.model, self.optimizer, self.comm, self.config = model, optimizer, comm, config
+        which the epoch schedule of `facts` (warm_start_epochs, epoch_average) counts in."""
+        self.model, self.optimizer, self.comm, self.facts = model, optimizer, comm, facts
         self.epoch_steps = epoch_steps
         self.net = model
         self.build()
         return self.net
 
     def build(self) -> None:
-        """Create the runtime state, buffers and hooks (model, optimizer, comm, config are set)."""
+        """Create the runtime state, buffers and hooks (model, optimizer, comm, facts are set)."""
 
     def learning_rate(self, step: int, scheduled: float) -> float:
         """The learning rate of `step`; `scheduled` is the config's schedule (`distsgd.schedule`),
@@ -147,16 +163,16 @@ class Algorithm:
         return scheduled
 
     @classmethod
-    def batch_sizes(cls, params: dict[str, Any], config: "Config") -> list[int]:
+    def batch_sizes(cls, params: dict[str, Any], facts: RunFacts) -> list[int]:
         """Every rank's mini-batch size under `params` (also checked against the ranks' shares of
-        the data before any process starts, `distsgd.preflight`). Default: config.batch_size on
+        the data before any process starts, `distsgd.preflight`). Default: facts.batch_size on
         every rank; an algorithm with per-rank batch sizes (CoCoD-SGD's proportional sampling
         for heterogeneous workers) overrides it."""
-        return [config.batch_size] * config.nproc
+        return [facts.batch_size] * facts.nproc
 
     def batch_size(self) -> int:
         """This rank's mini-batch size, asked once after setup()."""
-        return self.batch_sizes(self.param_values(), self.config)[self.comm.rank]
+        return self.batch_sizes(self.param_values(), self.facts)[self.comm.rank]
 
     def param_values(self) -> dict[str, Any]:
         """The resolved parameters, by name (the typed attributes as a dict)."""

@@ -21,7 +21,7 @@ side thread. Communication leaves the critical path unless it takes longer than 
 
 Heterogeneous workers ("proportional sampling", the paper's Section 4.3; the weighting
 formula is our reconstruction, SPECS.md section a): with `batch_weights` = (s_1..s_p) worker i
-draws mini-batches of b_i = round(p * B * s_i / sum_j s_j) samples (B = config.batch_size) and
+draws mini-batches of b_i = round(p * B * s_i / sum_j s_j) samples (B = facts.batch_size) and
 the average is weighted, w_i = b_i / sum_j b_j; without them w_i = 1/p (an 'avg' all-reduce).
 `speeds` emulates hardware of different speed on one machine (our emulation knob, not the
 paper's): rank i sleeps after backward for (1/speeds[i] - 1) times its measured forward+backward
@@ -37,19 +37,16 @@ applies it, and, if local steps were taken since the last snapshot, averages onc
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Param
+from .base import Algorithm, Param, RunFacts
 from .flat import averaged_tensors, flatten, unflatten_into
 from .inflight import InFlight
 from .period import Period
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..config import Config
 
 
 def _positive_numbers(v: list) -> bool:
@@ -97,16 +94,16 @@ class CoCoDSGD(Algorithm):
     clock: Period                       # when the next period ends (the next launch)
 
     @classmethod
-    def check_config(cls, params: dict, config: "Config") -> None:
+    def check_run(cls, params: dict, facts: RunFacts) -> None:
         for name in (p.name for p in cls.params if p.per_rank):
-            if params[name] and len(params[name]) != config.nproc:
+            if params[name] and len(params[name]) != facts.nproc:
                 raise ConfigError(f"params.{name}", params[name],
-                                  f"a list of {config.nproc} numbers (one per rank) or []")
+                                  f"a list of {facts.nproc} numbers (one per rank) or []")
 
     def build(self) -> None:
         self.tensors = averaged_tensors(self.model)
         rank = self.comm.rank
-        self.batches = self.batch_sizes(self.param_values(), self.config)
+        self.batches = self.batch_sizes(self.param_values(), self.facts)
         self.weight = self.batches[rank] / sum(self.batches)    # w_i
         speed = self.speeds[rank] if self.speeds else 1.0
         self.slowdown = 1 / speed - 1                   # x measured compute time
@@ -118,10 +115,10 @@ class CoCoDSGD(Algorithm):
         self.t_compute = 0.0
 
     @classmethod
-    def batch_sizes(cls, params: dict, config: "Config") -> list[int]:
+    def batch_sizes(cls, params: dict, facts: RunFacts) -> list[int]:
         if params["batch_weights"]:
-            return proportional_batches(config.batch_size, params["batch_weights"])
-        return super().batch_sizes(params, config)
+            return proportional_batches(facts.batch_size, params["batch_weights"])
+        return super().batch_sizes(params, facts)
 
     # ------------------------------------------------------------------ emulated speed
     def before_forward(self, step: int) -> None:

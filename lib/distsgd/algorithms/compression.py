@@ -86,7 +86,7 @@ class CompressedAlgorithm(Algorithm):
         (their random choices must agree); the workers' other compressors draw per rank."""
         shared = side == SERVER or self.codec.all_reducible
         rank = 0 if shared else self.comm.rank + 1
-        return (((self.config.seed * 1_000_003 + step) * 2 + side) * 65_537 + rank) * 1_009 + bucket
+        return (((self.facts.seed * 1_000_003 + step) * 2 + side) * 65_537 + rank) * 1_009 + bucket
 
     def sync_buffers(self) -> None:
         """The root's floating-point buffers (BatchNorm statistics) broadcast to every worker."""

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConfigError
-from .base import Param
+from .base import Param, RunFacts
 from .buckets import Bucket
 from .layerwise import LayerwiseDeferred, unit_params
 from .registry import register
@@ -43,7 +43,6 @@ from .tuner import GridTuner
 
 if TYPE_CHECKING:
     from ..comm import Handle
-    from ..config import Config
 
 
 class _Group(Bucket):
@@ -121,8 +120,8 @@ class DeAR(LayerwiseDeferred):
     tuner: GridTuner | None             # its measurements (None without `tune`)
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        super().check_config(params, config)
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        super().check_run(params, facts)
         cls.check_tune_bounds(params)
 
     @staticmethod

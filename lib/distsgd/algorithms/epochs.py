@@ -41,14 +41,14 @@ from .flat import average
 
 class EpochSchedule:
     """Mixin of an averaging algorithm (`local_sgd`, `vrl_sgd`): the warm start and the epoch-end
-    average of the module doc, read from `self.config` and `self.epoch_steps` (set by `setup`)."""
+    average of the module doc, read from `self.facts` and `self.epoch_steps` (set by `setup`)."""
 
     model: torch.nn.Module
     epoch_steps: int
 
     def warm_start_steps(self) -> int:
         """Steps of the S-SGD warm start: warm_start_epochs x epoch_steps."""
-        epochs = self.config.warm_start_epochs
+        epochs = self.facts.warm_start_epochs
         if epochs and self.epoch_steps < 1:
             raise RuntimeError(f"warm_start_epochs={epochs} needs the run's steps per epoch: "
                                "setup(..., epoch_steps=E) with E >= 1")
@@ -61,7 +61,7 @@ class EpochSchedule:
     def epoch_ends(self, step: int) -> bool:
         """Whether `step` is the last of an epoch and the models are averaged after it
         (epoch_average on, outside the warm start)."""
-        if not self.config.epoch_average:
+        if not self.facts.epoch_average:
             return False
         if self.epoch_steps < 1:
             raise RuntimeError("epoch_average needs the run's steps per epoch: "

@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Param
+from .base import Algorithm, Param, RunFacts
 from .flat import average, averaged_tensors, flatten, unflatten_into
 from .period import Period
 from .registry import register
 
 if TYPE_CHECKING:
     from ..comm import Group
-    from ..config import Config
 
 STATE_MODES = ("local", "average", "reset")
 
@@ -81,13 +80,13 @@ class KAVG(Algorithm):
     velocity: torch.Tensor              # v: the reduction momentum (both empty when mu = 0)
 
     @classmethod
-    def check_config(cls, params: dict, config: "Config") -> None:
-        if config.nproc % params["local_groups"]:
+    def check_run(cls, params: dict, facts: RunFacts) -> None:
+        if facts.nproc % params["local_groups"]:
             raise ConfigError("params.local_groups", params["local_groups"],
-                              f"a divisor of nproc={config.nproc}")
-        if params["local_period"] and params["local_groups"] in (1, config.nproc) and config.nproc > 1:
+                              f"a divisor of nproc={facts.nproc}")
+        if params["local_period"] and params["local_groups"] in (1, facts.nproc) and facts.nproc > 1:
             raise ConfigError("params.local_groups", params["local_groups"],
-                              f"1 < local_groups < nproc={config.nproc} when local_period > 0",
+                              f"1 < local_groups < nproc={facts.nproc} when local_period > 0",
                               "a local reduction needs groups smaller than the world")
 
     def build(self) -> None:

@@ -14,15 +14,12 @@ update (`wait_for`) and where its averaged gradient lies (`averaged_grad`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm
-
-if TYPE_CHECKING:
-    from ..config import Config
+from .base import Algorithm, RunFacts
 
 
 def check_sgd(optimizer: torch.optim.Optimizer, algo: str) -> None:
@@ -98,8 +95,8 @@ class LayerwiseDeferred(Algorithm):
     first flushes it; `finalize` flushes what the last step left pending."""
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        check_sgd_config(config.optimizer, cls.name)
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        check_sgd_config(facts.optimizer, cls.name)
 
     def build(self) -> None:
         """The update units and their hooks; a schedule's build() adds its buffers after this."""

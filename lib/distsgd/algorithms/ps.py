@@ -25,18 +25,15 @@ worker sends (p-1)/p*n for s = p and the busiest server receives (p-1)*m).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import ConfigError
-from .base import Param
+from .base import Param, RunFacts
 from .buckets import Bucket, make_buckets
 from .registry import register
 from .ssgd import BucketedAllReduce
-
-if TYPE_CHECKING:
-    from ..config import Config
 
 
 def server_layout(sizes: list[int], servers: int, piece: int) -> tuple[list[tuple[int, int, int]], int]:
@@ -103,9 +100,9 @@ class PS(BucketedAllReduce):
     bucket_mb: float
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        if params["servers"] > config.nproc:
-            raise ConfigError("params.servers", params["servers"], f"0..nproc ({config.nproc})")
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        if params["servers"] > facts.nproc:
+            raise ConfigError("params.servers", params["servers"], f"0..nproc ({facts.nproc})")
 
     def plan(self) -> list[Bucket]:
         buckets = make_buckets(self.backward_order, self.bucket_mb * 2**20)

@@ -56,20 +56,18 @@ local model, so no k gives S-SGD; a warm-up covering the whole run does.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Param
+from .base import Algorithm, Param, RunFacts
 from .flat import flatten, unflatten_into
 from .layerwise import check_sgd
 from .inflight import InFlight
 from .period import Period
 from .registry import register
 
-if TYPE_CHECKING:
-    from ..config import Config
 
 LOCAL_RULES = ("cosdcasgd", "dc", "none")
 
@@ -113,9 +111,9 @@ class SSDSGD(Algorithm):
     clock: Period                       # when the next pull falls (ticked after the warm-up)
 
     @classmethod
-    def check_config(cls, params: dict, config: "Config") -> None:
-        if config.optimizer != "sgd":
-            raise ConfigError("optimizer", config.optimizer, "sgd",
+    def check_run(cls, params: dict, facts: RunFacts) -> None:
+        if facts.optimizer != "sgd":
+            raise ConfigError("optimizer", facts.optimizer, "sgd",
                               "ssd_sgd runs its own global (momentum SGD) and local optimizers")
 
     def build(self) -> None:

@@ -35,16 +35,14 @@ every step a stage: an average every step.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
 from ..schedule import EXTERNAL, STAGED
-from .base import Param
+from .base import Param, RunFacts
 from .local_sgd import LocalSGD
 from .registry import register
 
-if TYPE_CHECKING:
-    from ..config import Config
 
 GROWTHS = ("iid", "noniid")
 
@@ -75,9 +73,9 @@ class STLSGD(LocalSGD):
     last_lr: float                      # the rate of the previous step
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        if config.schedule not in (*STAGED, EXTERNAL):
-            raise ConfigError("schedule", config.schedule, STAGED,
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        if facts.schedule not in (*STAGED, EXTERNAL):
+            raise ConfigError("schedule", facts.schedule, STAGED,
                               "STL-SGD grows its period at each stage of the learning-rate schedule")
 
     def build(self) -> None:

@@ -45,25 +45,22 @@ Choices of this implementation (marked where they are reconstructions, not the p
 * Floating-point buffers (BatchNorm statistics) are averaged with the parameters in the same flat
   all-reduce, as in ``local_sgd`` (the official code broadcasts them from rank 0 instead).
   Delta exists for parameters only.
-* Only plain SGD (momentum 0, the paper's experiments) is supported: ``check_config`` rejects
+* Only plain SGD (momentum 0, the paper's experiments) is supported: ``check_run`` rejects
   other optimizers and momentum. ``finalize()`` averages (and updates Delta) once more if local
   steps were taken since the last average.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import ConfigError
-from .base import Algorithm, Param
+from .base import Algorithm, Param, RunFacts
 from .epochs import EpochSchedule
 from .flat import average, averaged_tensors, flatten
 from .period import Period
 from .registry import register
-
-if TYPE_CHECKING:
-    from ..config import Config
 
 
 @register
@@ -90,12 +87,12 @@ class VRLSGD(EpochSchedule, Algorithm):
     averages: int                       # averages taken so far
 
     @classmethod
-    def check_config(cls, params: dict[str, Any], config: "Config") -> None:
-        if config.optimizer != "sgd":
-            raise ConfigError("optimizer", config.optimizer, "sgd",
+    def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
+        if facts.optimizer != "sgd":
+            raise ConfigError("optimizer", facts.optimizer, "sgd",
                               "vrl_sgd corrects plain SGD steps (the paper's setting)")
-        if config.momentum != 0:
-            raise ConfigError("momentum", config.momentum, "0",
+        if facts.momentum != 0:
+            raise ConfigError("momentum", facts.momentum, "0",
                               "vrl_sgd is defined for SGD without momentum")
 
     def build(self) -> None:

@@ -1,7 +1,7 @@
 """The simulator runs the algorithm's own code: its class, driven over a layer profile.
 
 `drive` sets the algorithm of `lib/distsgd/algorithms` up exactly as a run does
-(`Algorithm.setup(model, optimizer, comm, config)`) and trains it with the kit's own step
+(`Algorithm.setup(model, optimizer, comm, config.facts())`) and trains it with the kit's own step
 (`step.train_step`: before_forward, forward, backward with the gradient hooks, after_backward,
 optimizer_step, after_step), on stand-ins that move no data and keep the time of one rank
 (`streams.Rank`; data-parallel ranks are alike, so one rank's timeline is every rank's):
@@ -266,7 +266,7 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
     optimizer.register_step_post_hook(charge)
     comm = SimComm(clock)
     algorithm = cls(**params)
-    net = algorithm.setup(model, optimizer, comm, config)
+    net = algorithm.setup(model, optimizer, comm, config.facts())
     return Driven(algorithm, comm, clock, net, optimizer, model, config)
 
 

@@ -215,11 +215,10 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     import torch.nn.functional as F
 
     from .. import bench_schedules as bs
-    from ..algorithms import create
+    from ..algorithms import RunFacts, create
     from ..algorithms.flat import flatten, unflatten_into
     from ..caps import Caps
     from ..comm import Comm
-    from ..config import Config
     torch.set_num_threads(1)
     shape = bs.input_shape(model, Caps.from_env())
     torch.manual_seed(0)
@@ -262,8 +261,7 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     step_s = median_s(training_step)
     params = {"period": 4, "warmup": 0}
     ssd = create("ssd_sgd", params)
-    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
-              Config(algo="ssd_sgd", params=params, model=model, nproc=world, batch_size=batch_size, momentum=0.9))
+    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")), RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
     return {"copy_Bps": copy_Bps,
             "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient().div_(world))) / step_s,
             "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
