@@ -11,7 +11,10 @@ only in *when* which gradients are all-reduced:
 - ``wfbp``: wait-free backpropagation (Poseidon, Zhang et al. 2017): one all-reduce per tensor,
   launched from its gradient hook as soon as it is ready, overlapping the rest of backward.
 - ``fusion``: tensor fusion with a size threshold (Horovod / PyTorch DDP): consecutive gradients
-  are fused into buckets of at most `bucket_mb`, each launched when full (= ``ssgd``).
+  are fused into buckets of at most `bucket_mb`, each launched when full.
+
+These three are one rule, `ssgd`'s, under the survey's names: `preset`s of `SSGD` with its
+``overlap`` (and for wfbp ``bucket_mb = 0``) fixed, no code of their own.
 - ``mgwfbp``: merged-gradient WFBP (Shi, Chu & Li, INFOCOM 2019): consecutive tensors are merged
   into groups for the pipeline of backward computation and all-reduces, from per-tensor
   gradient-ready times measured in the first `profile_steps` steps and the alpha-beta all-reduce
@@ -32,40 +35,16 @@ import torch
 
 from .base import Param
 from .buckets import Bucket, group_sizes, make_buckets
-from .registry import register
-from .ssgd import BucketedAllReduce
+from .registry import preset, register
+from .ssgd import SSGD, BucketedAllReduce
 
 
-@register
-class NoOverlap(BucketedAllReduce):
-    name = "no_overlap"
-    summary = "S-SGD without overlap: fused gradient all-reduces after backward"
-    params = (Param("bucket_mb", 25.0, "fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),)
-    bucket_mb: float
-    overlap = False
-
-    def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, self.bucket_mb * 2**20)
-
-
-@register
-class WFBP(BucketedAllReduce):
-    name = "wfbp"
-    summary = "wait-free backpropagation: one all-reduce per tensor as soon as its gradient is ready"
-
-    def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, 0)
-
-
-@register
-class TensorFusion(BucketedAllReduce):
-    name = "fusion"
-    summary = "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced when full"
-    params = (Param("bucket_mb", 25.0, "fusion threshold in MB", lambda v: v > 0, "a number > 0"),)
-    bucket_mb: float
-
-    def plan(self) -> list[Bucket]:
-        return make_buckets(self.backward_order, self.bucket_mb * 2**20)
+preset("no_overlap", SSGD, "S-SGD without overlap: fused gradient all-reduces after backward",
+       overlap=False)
+preset("wfbp", SSGD, "wait-free backpropagation: one all-reduce per tensor as soon as its gradient is ready",
+       overlap=True, bucket_mb=0.0)
+preset("fusion", SSGD, "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced "
+       "when full", overlap=True)
 
 
 # ---------------------------------------------------------------------- MG-WFBP

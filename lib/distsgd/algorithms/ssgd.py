@@ -6,10 +6,14 @@ Update rule (mini-batch SGD on p workers, e.g. Goyal et al. 2017, eq. 1):
     x_{t+1} = optimizer_step(x_t, g_t)                # identical on every rank
 
 Gradients are fused into buckets of at most `bucket_mb` MB, filled in reverse parameter order
-(the order backward produces them, as in PyTorch DDP and Horovod's tensor fusion). With
-`overlap`, a bucket's all-reduce is launched asynchronously from the gradient hooks as soon as
-every gradient in it is ready, so communication overlaps the rest of backward (wait-free
-backpropagation); otherwise all buckets are reduced after backward.
+(the order backward produces them, as in PyTorch DDP and Horovod's tensor fusion; 0: one bucket
+per tensor). With `overlap`, a bucket's all-reduce is launched asynchronously from the gradient
+hooks as soon as every gradient in it is ready, so communication overlaps the rest of backward
+(wait-free backpropagation); otherwise all buckets are reduced after backward.
+
+The survey's all-reduce schedules of S-SGD are this one rule under their own names (`preset`s in
+`schedules.py`): ``fusion`` (= ssgd, overlapped buckets of `bucket_mb`), ``no_overlap``
+(overlap false) and ``wfbp`` (overlapped, one all-reduce per tensor: bucket_mb 0).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ class BucketedAllReduce(Algorithm):
     """Gradient all-reduce in buckets (planned by `plan`), launched from gradient hooks when a
     bucket is full (`overlap`) or all after backward; averaged gradients, then optimizer.step()."""
 
-    overlap: bool = True                # a parameter of ssgd; a constant of the other schedules
+    overlap: bool = True                # a parameter of ssgd; a constant of ps and mgwfbp
 
     def build(self) -> None:
         self.backward_order = list(reversed([p for p in self.model.parameters() if p.requires_grad]))
@@ -64,7 +68,8 @@ class SSGD(BucketedAllReduce):
     name = "ssgd"
     summary = "synchronous SGD: bucketed gradient all-reduce every step, overlapped with backward"
     params = (
-        Param("bucket_mb", 25.0, "tensor-fusion bucket size cap in MB", lambda v: v > 0, "a number > 0"),
+        Param("bucket_mb", 25.0, "tensor-fusion bucket size cap in MB (0: one bucket per tensor)",
+              lambda v: v >= 0, "a number >= 0"),
         Param("overlap", True, "launch each bucket's all-reduce from backward hooks as soon as it is full"),
     )
 
