@@ -322,3 +322,28 @@ def test_mgwfbp_greedy_never_beats_the_optimum_and_agrees_on_the_extremes():
     ready, numel = [1.0, 2.0, 3.0, 4.0], [10**5] * 4
     assert mgwfbp_greedy(ready, [4e5] * 4, numel, lambda b: 1e-7 * b) == [1, 1, 1, 1]
     assert mgwfbp_greedy(ready, [4e5] * 4, numel, lambda b: 10.0 + 1e-7 * b) == [4]
+
+
+def test_the_survey_names_are_ssgd_rule_with_parameters_fixed() -> None:
+    """fusion, no_overlap and wfbp: `registry.preset`s of ssgd (one rule, one class): the same
+    buckets and overlap as ssgd given those values, no parameter for what they fix."""
+    from distsgd.algorithms import REGISTRY, create
+    from distsgd.algorithms.registry import preset
+    from distsgd.algorithms.ssgd import SSGD
+    from distsgd.errors import ConfigError
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 300), torch.nn.Linear(300, 2))
+    plans = {}
+    for name, same in [("fusion", {"bucket_mb": 0.01}), ("no_overlap", {"bucket_mb": 0.01, "overlap": False}),
+                       ("wfbp", {"bucket_mb": 0.0})]:
+        assert issubclass(REGISTRY[name], SSGD) and REGISTRY[name].__dict__.keys().isdisjoint({"plan", "build"})
+        given = {"bucket_mb": 0.01} if "bucket_mb" in {p.name for p in REGISTRY[name].params} else {}
+        a, b = create(name, given), create("ssgd", same)
+        a.backward_order = b.backward_order = list(reversed(list(model.parameters())))
+        plans[name] = [len(bucket.params) for bucket in a.plan()]
+        assert plans[name] == [len(bucket.params) for bucket in b.plan()] and a.overlap == b.overlap
+    assert plans["wfbp"] == [1, 1, 1, 1] and plans["fusion"] != plans["wfbp"]
+    with pytest.raises(ConfigError):
+        create("wfbp", {"overlap": False})                  # fixed: not a parameter of the preset
+    with pytest.raises(ValueError, match="no parameter"):
+        preset("ssgd_typo", SSGD, "", overlapp=False)
