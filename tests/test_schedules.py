@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distsgd.algorithms.ps import server_layout
-from distsgd.algorithms.schedules import mgwfbp_greedy, mgwfbp_merge, pipeline_finish
+from distsgd.algorithms.mgwfbp import mgwfbp_greedy, mgwfbp_merge, pipeline_finish
 from gloo import run_ranks
 
 WORLD, STEPS = 3, 10

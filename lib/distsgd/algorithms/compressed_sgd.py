@@ -1,6 +1,6 @@
 """MEM-SGD / EF-SGD: compressed gradients up, the dense average down (the authors' `memsgd` in
 `chengyif/LIEC-SGD` main.py; Stich, Cordonnier & Jaggi 2018, MEM-SGD, Algorithm 1; Karimireddy
-et al. 2019, EF-SGD, Algorithm 2). In gradient units, per bucket (compression.py):
+et al. 2019, EF-SGD, Algorithm 2). In gradient units, per bucket (root_exchange.py):
 
     p_i = g_i + e_i                   g_i = grad F(x; xi_i), e_i the worker's residual (init 0)
     c_i = C(p_i);  e_i <- p_i - c_i   (compress.memory.ErrorFeedback)
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..compress import ErrorFeedback
 from .base import Param
-from .compression import PARAMS, CompressedAlgorithm
+from .root_exchange import PARAMS, CompressedAlgorithm
 from .registry import register
 
 

@@ -1,6 +1,6 @@
 """DoubleSqueeze (Tang, Yu, Lian, Zhang & Liu, ICML 2019, Algorithm 1; the authors' baseline
 `doublesqueeze` in `chengyif/LIEC-SGD` main.py): bidirectional compression with error
-compensation on the workers and the server. In gradient units, per bucket (compression.py):
+compensation on the workers and the server. In gradient units, per bucket (root_exchange.py):
 
     worker i:  v_i = g_i + d_i;  c_i = C(v_i);  d_i <- v_i - c_i        (lines 4-6; gather to root)
     root:      v = (1/N) sum_i c_i + d;  q = C(v);  d <- v - q          (lines 8-10; broadcast q)
@@ -12,7 +12,7 @@ Workers and server use the same compressor (`compressor`, `ratio`); bytes per st
 from __future__ import annotations
 
 from ..compress import ErrorFeedback
-from .compression import PARAMS, ServerCompression
+from .root_exchange import PARAMS, ServerCompression
 from .registry import register
 
 

@@ -3,7 +3,7 @@
 method `liec`; ../shared/papers/SPECS.md, section b (1)).
 
 Every worker trains its own model x_i; the root (rank 0) keeps the server error e. With
-H = `period`, C the compressor per bucket (compression.py; the authors' scaled sign), at step t:
+H = `period`, C the compressor per bucket (root_exchange.py; the authors' scaled sign), at step t:
 
     g_i = grad F(x_i; xi_i)
     if (t + 1) mod H == 0:                        averaging step, dense
@@ -39,7 +39,7 @@ from typing import Any, Iterator
 import torch
 
 from .base import Param
-from .compression import PARAMS, ServerCompression
+from .root_exchange import PARAMS, ServerCompression
 from .flat import flatten, unflatten_into
 from .period import Period
 from .registry import register

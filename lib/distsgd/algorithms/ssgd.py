@@ -11,9 +11,17 @@ per tensor). With `overlap`, a bucket's all-reduce is launched asynchronously fr
 hooks as soon as every gradient in it is ready, so communication overlaps the rest of backward
 (wait-free backpropagation); otherwise all buckets are reduced after backward.
 
-The survey's all-reduce schedules of S-SGD are this one rule under their own names (`preset`s in
-`schedules.py`): ``fusion`` (= ssgd, overlapped buckets of `bucket_mb`), ``no_overlap``
-(overlap false) and ``wfbp`` (overlapped, one all-reduce per tensor: bucket_mb 0).
+Three of the survey's all-reduce schedules of S-SGD (Shi et al., "Communication-Efficient
+Distributed Deep Learning: Survey, Evaluation, and Challenges", arXiv 2005.13247, sec. on
+scheduling) are this one rule under their names, `preset`s of `SSGD` with no code of their own:
+
+- ``no_overlap``: all gradients reduced after backward, in fusion buckets (naive S-SGD): overlap false;
+- ``wfbp``: wait-free backpropagation (Poseidon, Zhang et al. 2017): one all-reduce per tensor,
+  launched from its gradient hook as soon as it is ready: bucket_mb 0, overlap true;
+- ``fusion``: tensor fusion with a size threshold (Horovod / PyTorch DDP): consecutive gradients
+  fused into buckets of at most `bucket_mb`, each launched when full: overlap true.
+
+MG-WFBP, ByteScheduler, the parameter server and DeAR have their own modules.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import torch
 
 from .base import Algorithm, Param
 from .buckets import Bucket, make_buckets
-from .registry import register
+from .registry import preset, register
 
 
 class BucketedAllReduce(Algorithm):
@@ -77,3 +85,11 @@ class SSGD(BucketedAllReduce):
 
     def plan(self) -> list[Bucket]:
         return make_buckets(self.backward_order, self.bucket_mb * 2**20)
+
+
+preset("no_overlap", SSGD, "S-SGD without overlap: fused gradient all-reduces after backward",
+       overlap=False)
+preset("wfbp", SSGD, "wait-free backpropagation: one all-reduce per tensor as soon as its gradient is ready",
+       overlap=True, bucket_mb=0.0)
+preset("fusion", SSGD, "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced "
+       "when full", overlap=True)

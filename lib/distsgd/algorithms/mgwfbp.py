@@ -1,30 +1,21 @@
-"""The survey's all-reduce schedules of S-SGD (Shi et al., "Communication-Efficient Distributed
-Deep Learning: Survey, Evaluation, and Challenges", arXiv 2005.13247, sec. on scheduling):
-the same update as `ssgd`,
+"""MG-WFBP: merged-gradient wait-free backpropagation (Shi, Chu & Li, "MG-WFBP: Efficient Data
+Communication for Distributed Synchronous SGD Algorithms", INFOCOM 2019), one of the survey's
+all-reduce schedules of S-SGD (Shi et al., arXiv 2005.13247): the same update as `ssgd`,
 
     g_t = (1/p) * sum_i grad F(x_t; xi_{i,t});   x_{t+1} = optimizer_step(x_t, g_t),
 
-so every schedule gives S-SGD's parameters (up to floating-point summation order); they differ
-only in *when* which gradients are all-reduced:
+so it gives S-SGD's parameters (up to floating-point summation order); it differs only in *when*
+which gradients are all-reduced. Consecutive tensors are merged into groups for the pipeline of
+backward computation and all-reduces, from per-tensor gradient-ready times measured in the first
+`profile_steps` steps (per-tensor all-reduces, WFBP, meanwhile) and the alpha-beta all-reduce cost.
+``merge="greedy"`` (default) is the authors' rule as their code applies it
+(`mgwfbp_greedy`: HKBU-HPML/ddl-benchmarks, ``mgwfbp/hv_distributed_optimizer.py``,
+``_generate_groups_mgwfbp``); ``merge="optimal"`` minimises the same modeled finish time exactly by
+dynamic programming (`mgwfbp_merge`), the optimum the rule approximates.
 
-- ``no_overlap``: all gradients reduced after backward, in fusion buckets (naive S-SGD).
-- ``wfbp``: wait-free backpropagation (Poseidon, Zhang et al. 2017): one all-reduce per tensor,
-  launched from its gradient hook as soon as it is ready, overlapping the rest of backward.
-- ``fusion``: tensor fusion with a size threshold (Horovod / PyTorch DDP): consecutive gradients
-  are fused into buckets of at most `bucket_mb`, each launched when full.
-
-These three are one rule, `ssgd`'s, under the survey's names: `preset`s of `SSGD` with its
-``overlap`` (and for wfbp ``bucket_mb = 0``) fixed, no code of their own.
-- ``mgwfbp``: merged-gradient WFBP (Shi, Chu & Li, INFOCOM 2019): consecutive tensors are merged
-  into groups for the pipeline of backward computation and all-reduces, from per-tensor
-  gradient-ready times measured in the first `profile_steps` steps and the alpha-beta all-reduce
-  cost. ``merge="greedy"`` (default) is the authors' rule as their code applies it
-  (`mgwfbp_greedy`: HKBU-HPML/ddl-benchmarks, ``mgwfbp/hv_distributed_optimizer.py``,
-  ``_generate_groups_mgwfbp``); ``merge="optimal"`` minimises the same modeled finish time exactly by
-  dynamic programming (`mgwfbp_merge`), the optimum the rule approximates.
-
-The schedules with tensor partition + priority (ByteScheduler) and the parameter server are in
-`bytescheduler.py` and `ps.py`; DeAR is in `dear.py`.
+The survey's other schedules: no overlap, WFBP and tensor fusion are `ssgd`'s rule under their
+names (`ssgd.py`); ByteScheduler, the parameter server and DeAR are `bytescheduler.py`, `ps.py`,
+`dear.py`.
 """
 from __future__ import annotations
 
@@ -35,19 +26,10 @@ import torch
 
 from .base import Param
 from .buckets import Bucket, group_sizes, make_buckets
-from .registry import preset, register
-from .ssgd import SSGD, BucketedAllReduce
+from .registry import register
+from .ssgd import BucketedAllReduce
 
 
-preset("no_overlap", SSGD, "S-SGD without overlap: fused gradient all-reduces after backward",
-       overlap=False)
-preset("wfbp", SSGD, "wait-free backpropagation: one all-reduce per tensor as soon as its gradient is ready",
-       overlap=True, bucket_mb=0.0)
-preset("fusion", SSGD, "tensor fusion (Horovod/DDP): buckets of at most bucket_mb, each all-reduced "
-       "when full", overlap=True)
-
-
-# ---------------------------------------------------------------------- MG-WFBP
 def pipeline_finish(ready: list[float], sizes: list[float], groups: list[int],
                     cost: Callable[[float], float]) -> float:
     """Modeled end of the last all-reduce when consecutive tensors (backward order, gradient

@@ -1,4 +1,4 @@
-"""Shared pieces of the compressed-communication algorithms of the LIEC-SGD authors' code
+"""The compressed exchange through a root that the LIEC-SGD authors' methods share
 (`chengyif/LIEC-SGD`, main.py: compressed_sgd = MEM-SGD, double_squeeze, liec_sgd): their
 parameters, the gradient buckets, the root topology, and the server's error feedback.
 
