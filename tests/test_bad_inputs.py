@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import distsgd
-from distsgd import ConfigError, cli
+from distsgd import ConfigError, cli, run_commands
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK = ["--nproc", "2", "--steps", "2", "--no-progress"]
@@ -148,7 +148,7 @@ def test_bad_command_line_and_run_fail_before_any_worker(name, argv, field, data
     assert not (tmp_path / "out").exists()
     if name == "malformed-assignment":
         return                                      # no Config: the command line itself is bad
-    config = cli.config_from_args(cli.build_parser().parse_args(full))
+    config = run_commands.config_from_args(cli.build_parser().parse_args(full))
     with pytest.raises(ConfigError) as info:
         distsgd.run(config)
     assert info.value.field == field

@@ -7,14 +7,14 @@ import typing
 
 import pytest
 
-from distsgd import cli
+from distsgd import cli, run_commands, systems_commands
 from distsgd.algorithms import REGISTRY
 from distsgd.config import Config
 from distsgd.errors import ConfigError
 
 
 def _train_config(*argv: str) -> Config:
-    return cli.config_from_args(cli.build_parser().parse_args(["train", *argv]))
+    return run_commands.config_from_args(cli.build_parser().parse_args(["train", *argv]))
 
 
 def _flat(text: str) -> str:
@@ -130,7 +130,7 @@ def test_ranks_past_their_deadline_are_one_line_and_exit_1(monkeypatch, capsys) 
     def hang(args):
         raise TimeoutError("local ranks still running after 300 s: stopped")
 
-    monkeypatch.setattr(cli, "cmd_profile", hang)
+    monkeypatch.setattr(systems_commands, "cmd_profile", hang)
     assert cli.main(["profile", "--model", "mlp"]) == 1
     assert capsys.readouterr().err == "error: local ranks still running after 300 s: stopped\n"
 

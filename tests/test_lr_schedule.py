@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from distsgd.cli import build_parser, config_from_args
+from distsgd.cli import build_parser
+from distsgd.run_commands import config_from_args
 from distsgd.config import Config
 from distsgd.errors import ConfigError
 from distsgd.schedule import lr_at, milestones_of, stage_at

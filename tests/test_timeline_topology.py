@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from distsgd import cli
+from distsgd import cli, systems_commands
 from distsgd.comm.netmodel import NetModel, byteps_local, byteps_remote, hierarchical_all_reduce, parse_net
 from distsgd.errors import ConfigError
 from distsgd.layer_profile import Layer, Profile
@@ -311,10 +311,10 @@ def test_bad_effects_name_the_field() -> None:
 
 
 def test_cli_servers_name_the_byteps_placement() -> None:
-    assert cli.parse_servers("nodes") == PER_NODE
-    assert cli.parse_servers("colocated") == cli.parse_servers("0") == 0
-    assert cli.parse_servers("8") == 8
+    assert systems_commands.parse_servers("nodes") == PER_NODE
+    assert systems_commands.parse_servers("colocated") == systems_commands.parse_servers("0") == 0
+    assert systems_commands.parse_servers("8") == 8
     for bad in ("-1", "racks", ""):
         with pytest.raises(ConfigError) as err:
-            cli.parse_servers(bad)
+            systems_commands.parse_servers(bad)
         assert err.value.field == "servers"
