@@ -10,7 +10,7 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
-from distsgd.results import run_state
+from distsgd.liveness import run_state
 from distsgd.worker import FAULT_ENV
 from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 

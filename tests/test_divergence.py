@@ -16,7 +16,9 @@ import torch
 
 import distsgd
 from distsgd import DivergedError, WorkerError
-from distsgd.results import finished_code_version, run_state, write_json_atomic
+from distsgd.files import write_json_atomic
+from distsgd.liveness import run_state
+from distsgd.provenance import finished_code_version
 from gloo import run_ranks
 
 DIVERGING = dict(algo="ssgd", model="mlp", data="digits", nproc=2, steps=300, batch_size=16, lr=1e4,

@@ -15,7 +15,7 @@ import distsgd
 from distsgd.memory import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
                             measure_activation_memory, stem_and_head)
 from distsgd.models import build_model
-from distsgd.results import load_tensors
+from distsgd.files import load_tensors
 
 GAMMAS = (0.5, 0.7, 0.9)
 STRATEGIES = ("mink", "random")

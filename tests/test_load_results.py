@@ -14,7 +14,7 @@ import pytest
 
 import distsgd
 from distsgd.config import Config
-from distsgd.results import code_version
+from distsgd.provenance import code_version
 from distsgd.runner import prepare_run_dir
 
 SMALL = dict(model="mlp", data="digits", nproc=2, steps=20, batch_size=8, lr=0.1, log_every=5,

@@ -12,7 +12,7 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
-from distsgd.results import load_tensors
+from distsgd.files import load_tensors
 from distsgd.worker import FAULT_ENV
 
 LOOPBACK = {"127.0.0.1", "::1"}

@@ -29,7 +29,8 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
-from distsgd.results import read_metrics, run_state
+from distsgd.liveness import run_state
+from distsgd.metrics_log import read_metrics
 from distsgd.worker import FAULT_ENV
 from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 

@@ -101,7 +101,7 @@ def test_finished_run_is_reused_and_force_recomputes():
     assert (forced.path / "summary.json").stat().st_mtime_ns != stamp
     env = json.loads((first.path / "env.json").read_text())
     assert env["torch"] == torch.__version__ and "git_commit" in env
-    assert env["code_version"] == distsgd.results.code_version()
+    assert env["code_version"] == distsgd.provenance.code_version()
     assert json.loads((first.path / "config.json").read_text())["params"] == {"bucket_mb": 25.0,
                                                                               "overlap": True}
 
@@ -114,33 +114,35 @@ def test_a_run_made_by_other_code_is_recomputed(capfd):
     first = distsgd.run(algo="ssgd", **cfg)
     summary = first.path / "summary.json"
     made = json.loads(summary.read_text())
-    assert made["code_version"] == distsgd.results.code_version()
+    assert made["code_version"] == distsgd.provenance.code_version()
     summary.write_text(json.dumps({**made, "code_version": "edited-since"}))
     kept = distsgd.run(algo="ssgd", reuse_stale=True, **cfg)           # explicitly reused
     assert json.loads((kept.path / "summary.json").read_text())["code_version"] == "edited-since"
     again = distsgd.run(algo="ssgd", **cfg)
     assert again.path == first.path
-    assert json.loads(summary.read_text())["code_version"] == distsgd.results.code_version()
+    assert json.loads(summary.read_text())["code_version"] == distsgd.provenance.code_version()
     assert "recomputing" in capfd.readouterr().err
 
 
 def test_code_version_follows_the_source(tmp_path, monkeypatch):
     """The fingerprint covers every module's bytes: one edited file changes it."""
-    from distsgd import results
+    from distsgd import provenance
 
     package = tmp_path / "distsgd"
     (package / "algorithms").mkdir(parents=True)
-    (package / "results.py").write_text("x = 1\n")
+    module = package.joinpath(*provenance.__name__.split(".")[1:]).with_suffix(".py")   # where it sits in the package
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text("x = 1\n")
     (package / "algorithms" / "local_sgd.py").write_text("period = 4\n")
-    monkeypatch.setattr(results, "__file__", str(package / "results.py"))
-    results.code_version.cache_clear()
+    monkeypatch.setattr(provenance, "__file__", str(module))
+    provenance.code_version.cache_clear()
     try:
-        before = results.code_version()
+        before = provenance.code_version()
         (package / "algorithms" / "local_sgd.py").write_text("period = 8\n")
-        results.code_version.cache_clear()
-        assert results.code_version() != before
+        provenance.code_version.cache_clear()
+        assert provenance.code_version() != before
     finally:
-        results.code_version.cache_clear()
+        provenance.code_version.cache_clear()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .results import code_version, load_tensors, save_tensors, write_json_atomic
+from .files import load_tensors, save_tensors, write_json_atomic
+from .provenance import code_version
 
 COMPLETE = "COMPLETE"
 

@@ -226,7 +226,7 @@ class Claims:
         path = (folder or registration_folder()) / f"{self.notebook}.json"
         tests = self.registered_tests()
         if not path.is_file():
-            from .results import write_text_atomic
+            from .files import write_text_atomic
 
             write_text_atomic(path, json.dumps({"notebook": self.notebook, "tests": tests}, indent=1) + "\n")
             print(f"{len(tests)} tests registered in {path}")

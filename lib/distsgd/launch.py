@@ -42,7 +42,8 @@ from pathlib import Path
 from .comm.comm import INIT_METHOD_ENV
 from .config import Config
 from .errors import ConfigError, WorkerError
-from .results import LAUNCHER_ERROR, write_text_atomic
+from .files import write_text_atomic
+from .liveness import LAUNCHER_ERROR
 from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
 
 # distsgd.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first

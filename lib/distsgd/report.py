@@ -198,7 +198,7 @@ def update_ledger_why(ledger: Path, claims: pd.DataFrame) -> int:
     new = [by_key.get((n, i), w) for n, i, w in zip(table.notebook, table.id, table.why)]
     changed = sum(a != b for a, b in zip(new, table.why))
     if changed:
-        from .results import write_text_atomic
+        from .files import write_text_atomic
 
         write_text_atomic(ledger, table.assign(why=new)[LEDGER_COLUMNS].to_csv(index=False))
     return changed

@@ -1,4 +1,4 @@
-"""Run directories: layout, atomic writes, merging per-rank outputs, and loading results.
+"""Run directories: their layout, the ranks' outputs merged at the end, and loading results.
 
 A run directory `<results>/<name>-<hash>/` holds
 
@@ -24,17 +24,7 @@ or with metrics=True one per run and logged step); `python -m distsgd results DI
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import io
 import json
-import math
-import os
-import platform
-import socket
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,207 +34,24 @@ import pandas as pd
 
 from .comm.ledger import Ledger
 from .config import Config
+from .files import load_tensors, read_summary, save_tensors, write_csv_atomic, write_json_atomic
+from .liveness import status_of
+from .metrics_log import SUMMED, merge_metrics, metrics_file, read_metrics
+from .provenance import code_version
 
 if TYPE_CHECKING:
     import torch
 
     from .divergence import NonFinite
 
-SUMMED = ("comm_bytes", "collectives", "global_reductions", "local_reductions")
+
 # per model, the file of which test examples each rank classifies correctly (`Result.test_correct`)
 TEST_CORRECT = {"final": "test_correct.pt", "evaluated": "test_correct_evaluated.pt"}
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """`obj` as strict JSON: a NaN or an infinity (a diverged run's loss) is written as null."""
-    text = json.dumps(finite_or_null(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
-    write_text_atomic(path, text + "\n")
-
-
-def read_summary(path: Path) -> dict[str, Any]:
-    """A summary written by `write_json_atomic` (a run's, or a rank's final metrics): its
-    top-level nulls, which are NaNs (e.g. the test accuracy of a regression), read back as NaN."""
-    return {k: math.nan if v is None else v for k, v in json.loads(path.read_text()).items()}
 
 
 def read_config(run_dir: Path) -> Config:
     """The Config of a run directory (its config.json)."""
     return Config.from_dict(json.loads((run_dir / "config.json").read_text()))
-
-
-def finite_or_null(obj: Any) -> Any:
-    """`obj` with every non-finite float, in any nested dict, list or tuple, replaced by None."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite_or_null(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_or_null(v) for v in obj]
-    return obj
-
-
-def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
-    write_text_atomic(path, df.to_csv(index=False))
-
-
-@functools.cache
-def code_version() -> str:
-    """A fingerprint of the library's source: sha256 over the path and bytes of every
-    ``distsgd/**/*.py``, 12 hex digits. It changes with any edit, committed or not, and also
-    where the package is installed without git. A finished run is reused only when made by the
-    same code version, so an edited algorithm never shows an old result."""
-    package = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
-
-
-def environment_info() -> dict[str, Any]:
-    """What produced a result: versions, git commit, host and devices."""
-    from importlib.metadata import version
-
-    import torch
-
-    from .paths import repo_root
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=repo_root(Path(__file__).parent),
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    cuda = torch.cuda.is_available()
-    return {
-        "python": sys.version.split()[0], "platform": platform.platform(),
-        "torch": torch.__version__, "torchvision": version("torchvision"),
-        "numpy": version("numpy"), "pandas": version("pandas"),
-        "git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
-        "code_version": code_version(),
-        "hostname": socket.gethostname(), "cpu_count": os.cpu_count(),
-        "cuda_available": cuda,
-        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-    }
-
-
-def finished_code_version(run_dir: Path, config: Config) -> str | None:
-    """The code version (`code_version`) that made the finished run of `config` in `run_dir`;
-    None if there is no finished run of this config there. `distsgd.run` reuses a finished run
-    only when this is the current code version: a result of edited code is stale."""
-    summary = run_dir / "summary.json"
-    if not summary.is_file():
-        return None
-    made = json.loads(summary.read_text())
-    if made.get("status") != "finished" or made.get("config_hash") != config.hash():
-        return None
-    return str(made.get("code_version"))
-
-
-def metrics_file(run_dir: Path, rank: int) -> Path:
-    """Rank `rank`'s metrics rows, appended as they are logged (`MetricsLog`)."""
-    return run_dir / "ranks" / f"metrics_rank{rank}.csv"
-
-
-class MetricsLog:
-    """One rank's metrics as they come: RUN_DIR/ranks/metrics_rank<r>.csv, its header written
-    with the first row, each row appended and flushed as it is logged, so that a crash keeps
-    every row logged before it and `python -m distsgd show` reads a running or failed run. The
-    end-of-run merge (`merge_ranks`) reads these files. A checkpoint carries the file's text as
-    it was at its step (`snapshot`), and a resumed run puts that text back (`restore`): rows a
-    crashed attempt logged after the checkpoint are gone, so a resumed run's rows are an
-    uninterrupted run's."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.columns: list[str] | None = None
-        self._file: Any = None
-
-    def append(self, row: dict[str, Any]) -> None:
-        """Write `row` (the columns of the first row, in its order) and flush it to the OS."""
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", newline="")
-            if self.columns is None:
-                self.columns = list(row)
-                self._file.write(",".join(self.columns) + "\n")
-        if list(row) != self.columns:
-            raise ValueError(f"metrics row with columns {list(row)}, the file has {self.columns}")
-        self._file.write(",".join(_csv_value(row[c]) for c in self.columns) + "\n")
-        self._file.flush()
-
-    def snapshot(self) -> str:
-        """The file's text now (fsynced first: a checkpoint never names rows the disk lacks)."""
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        return self.path.read_text() if self.path.exists() else ""
-
-    def restore(self, text: str) -> None:
-        """Replace the file by `text` (a `snapshot`); the next rows are appended after it."""
-        self.close()
-        write_text_atomic(self.path, text)
-        header = text.split("\n", 1)[0]
-        self.columns = header.split(",") if header else None
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-def _csv_value(value: Any) -> str:
-    """One CSV field: numbers as Python writes them (the shortest text that reads back the same
-    float; nan, inf), anything else quoted where it holds a comma or a quote."""
-    if isinstance(value, (bool, int, float, np.number)):
-        return repr(float(value)) if isinstance(value, (float, np.floating)) else str(value)
-    text = str(value)
-    if any(ch in text for ch in ',"\n'):
-        text = '"' + text.replace('"', '""') + '"'
-    return text
-
-
-def read_metrics(path: Path) -> pd.DataFrame:
-    """A rank's metrics file (`MetricsLog`), of a finished, running or failed run: a last line
-    still being written (no newline yet) is left out."""
-    text = path.read_text()
-    if not text.endswith("\n"):
-        text = text[:text.rfind("\n") + 1]
-    return pd.read_csv(io.StringIO(text)) if text.strip() else pd.DataFrame()
-
-
-def board_writer(run_dir: Path, start: int) -> Any:
-    """Rank 0's TensorBoard writer (`--tensorboard`) into RUN_DIR/tensorboard. A run resumed at
-    step `start` purges the scalars its crashed attempt wrote after that step."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as e:            # validated before the run: only a changed environment
-        from .config import TENSORBOARD_HINT
-        raise ImportError(f"--tensorboard {TENSORBOARD_HINT}") from e
-    return SummaryWriter(str(run_dir / "tensorboard"), purge_step=start + 1 if start else None)
-
-
-def board_scalars(board: Any, row: dict[str, Any]) -> None:
-    """A logged row as scalars, one tag per column, at its step (NaNs, no evaluation, left out)."""
-    for key, value in row.items():
-        if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-            board.add_scalar(key, value, row["step"])
-    board.flush()
 
 
 def rank_file(name: str, rank: int) -> str:
@@ -265,136 +72,9 @@ def write_rank_outputs(run_dir: Path, rank: int, final: dict, ledger: Ledger,
             save_tensors(ranks / rank_file(TEST_CORRECT[model], rank), correct)
 
 
-PID_FILE = "pid_rank{rank}"             # '<host> <pid>' of a rank's process, in RUN_DIR/ranks
-LAUNCHER_ERROR = "launcher_error.txt"   # the local launcher's WorkerError, in RUN_DIR/ranks
-
-
-def write_pid_file(run_dir: Path, rank: int) -> None:
-    """Note where rank `rank` runs, so that `run_state` can tell a running rank from a gone one."""
-    write_text_atomic(run_dir / "ranks" / PID_FILE.format(rank=rank),
-                      f"{socket.gethostname()} {os.getpid()}\n")
-
-
-def _gone(pid_file: Path) -> bool:
-    """Whether the rank of `pid_file` ran on this host and its process is gone (or a zombie)."""
-    try:
-        host, pid = pid_file.read_text().split()
-    except (OSError, ValueError):
-        return False
-    if host != socket.gethostname():
-        return False                        # another node's: cannot tell from here
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
-@dataclass
-class RunState:
-    """What the files of a run directory say of it, finished or not (`run_state`)."""
-
-    status: str                 # finished, diverged, stopped, failed or running
-    detail: str                 # the cause of a failure or stop, where known
-    metrics: pd.DataFrame       # rows logged so far, ranks merged (`merge_metrics`)
-    last_steps: dict[int, int]  # rank -> its last logged step
-    checkpoint: int | None      # the latest complete checkpoint's step
-
-
-def run_state(run_dir: Path) -> RunState:
-    """The state of the run in `run_dir` from what is on disk, also while it runs or after it
-    failed: its status and detail (`status_of`), and its metrics, the rows the ranks appended so
-    far (`MetricsLog`), merged by step."""
-    ranks = run_dir / "ranks"
-    per_rank: dict[int, pd.DataFrame] = {}
-    for path in sorted(ranks.glob("metrics_rank*.csv")) if ranks.is_dir() else []:
-        df = read_metrics(path)
-        if len(df):
-            per_rank[int(path.stem.removeprefix("metrics_rank"))] = df
-    metrics = merge_metrics([per_rank[r] for r in sorted(per_rank)]) if per_rank else pd.DataFrame()
-    last_steps = {r: int(df["step"].iloc[-1]) for r, df in sorted(per_rank.items())}
-    steps = [int(d.name.removeprefix("step-")) for d in (run_dir / "checkpoints").glob("step-*")
-             if (d / "COMPLETE").is_file()]
-    return RunState(*status_of(run_dir), metrics, last_steps, max(steps) if steps else None)
-
-
-def status_of(run_dir: Path) -> tuple[str, str]:
-    """(status, detail) of the run in `run_dir`: "finished" or "diverged" (its summary.json);
-    "stopped" (a rank saved a checkpoint on SIGTERM/SIGUSR1 and the run stopped) or "failed" (a
-    rank's error file, or the local launcher's; or a rank's process on this host is gone without
-    one); else "running"."""
-    ranks = run_dir / "ranks"
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        s = read_summary(summary)
-        found = s.get("nonfinite")
-        detail = (f"non-finite {found['quantity']} at step {found['step']} on ranks "
-                  f"{', '.join(map(str, found['ranks']))}" if isinstance(found, dict) else "")
-        return str(s["status"]), detail
-    errors = sorted(ranks.glob("error_rank*.txt"), key=lambda f: f.stat().st_mtime) \
-        if ranks.is_dir() else []
-    launcher = ranks / LAUNCHER_ERROR
-    cause = launcher.read_text() if launcher.is_file() else errors[0].read_text() if errors else ""
-    if cause:
-        lines = [line.strip() for line in cause.splitlines() if line.strip()]
-        if lines[0].startswith("worker rank"):          # the launcher's: 'worker rank R failed:'
-            how = lines[1].split("; last output")[0] if len(lines) > 1 and lines[1].startswith(
-                "process ") else lines[-1]
-            detail = f"{lines[0]} {how}"
-        else:                                           # a rank's traceback: its last line
-            detail = f"rank {errors[0].stem.removeprefix('error_rank')}: {lines[-1]}"
-        stopped = "Preempted:" in cause or "stopped by a signal" in cause
-        return ("stopped" if stopped else "failed"), detail
-    gone = sorted(int(f.name.removeprefix("pid_rank")) for f in ranks.glob("pid_rank*")
-                  if _gone(f)) if ranks.is_dir() else []
-    if gone:
-        return "failed", f"the process of rank {gone[0]} is gone without an error (killed?)"
-    return "running", ""
-
-
-def save_tensors(path: Path, obj: Any) -> None:
-    """Tensors and plain containers to `path` with torch.save, atomically (a temporary file in the
-    same directory, then a rename): readers (`load_tensors`) never see half a file."""
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def save_model(run_dir: Path, model: "torch.nn.Module") -> None:
     """The final model (rank 0's, identical on every rank after finalize for averaging methods)."""
     save_tensors(run_dir / "model.pt", {k: v.detach().cpu() for k, v in model.state_dict().items()})
-
-
-def load_tensors(path: Path | str) -> dict[str, Any]:
-    """A file saved by the kit (model.pt, a checkpoint), on the CPU, read without running code: only
-    tensors and plain containers are accepted (``weights_only=True``), so a tampered file that
-    carries a pickled callable is refused with `pickle.UnpicklingError`, never executed."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def merge_metrics(per_rank: list[pd.DataFrame]) -> pd.DataFrame:
-    """Rows of every rank merged by step: counts and samples summed over ranks, wall_s the
-    slowest rank's, epoch and lr rank 0's, the rest averaged."""
-    stacked = pd.concat(per_rank, keys=range(len(per_rank)), names=["rank", "row"])
-    grouped = stacked.groupby("step", sort=True)
-    merged = grouped.mean(numeric_only=True)
-    for col in (*SUMMED, "samples"):
-        merged[col] = grouped[col].sum()
-    merged["wall_s"] = grouped["wall_s"].max()
-    for col in ("epoch", "lr"):
-        merged[col] = per_rank[0].set_index("step")[col]
-    return merged.reset_index()
 
 
 def merge_ranks(run_dir: Path, world_size: int, config: Config,
@@ -507,10 +187,10 @@ class Result:
                 f"train_s={s['train_s']:.1f}, path={self.path})")
 
 
-# --------------------------------------------------------------------------- every run as one table
-
 # Summary keys that repeat the config (the config's columns hold them) or are renamed.
 _SUMMARY_SKIP = ("algo", "params", "nproc", "status", "config_hash", "code_version")
+
+
 _ENV_COLUMNS = ("git_commit", "git_dirty", "torch", "python", "hostname", "cpu_count", "cuda_available")
 
 

@@ -107,7 +107,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .results import finite_or_null
+    from .files import finite_or_null
     from .runner import run
 
     config = config_from_args(args)
@@ -159,8 +159,9 @@ SHOWN = ["step", "train_loss", "test_loss", "test_acc", "comm_bytes", "wall_s"]
 
 def cmd_show(run_dir: Path, last: int = 5) -> int:
     """The summary of a finished run; of any other (running, failed, stopped, diverged): its
-    status from what is on disk and the last `last` rows logged so far (`results.run_state`)."""
-    from .results import Result, run_state
+    status from what is on disk and the last `last` rows logged so far (`liveness.run_state`)."""
+    from .liveness import run_state
+    from .results import Result
 
     if not (run_dir / "config.json").is_file():
         raise ConfigError("run_dir", str(run_dir), "a run directory (one with a config.json)")

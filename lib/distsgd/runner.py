@@ -29,7 +29,9 @@ from .errors import DivergedError
 from .launch import adopt_slurm_env, launch, launcher_for
 from .paths import results_root
 from .preflight import preflight
-from .results import TEST_CORRECT, Result, code_version, environment_info, finished_code_version, write_json_atomic
+from .files import write_json_atomic
+from .provenance import code_version, environment_info, finished_code_version
+from .results import Result, TEST_CORRECT
 
 
 def run_dir_of(config: Config) -> Path:

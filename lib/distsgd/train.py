@@ -4,7 +4,7 @@
 after_backward -> optimizer_step -> after_step) every step, then `finalize()` and a final
 evaluation. With ``checkpoint_every`` it saves a checkpoint every that many steps, and a run
 restarted in the same directory resumes from the latest complete one (`distsgd.checkpoint`).
-Each rank appends its metrics rows to its own file as they are logged (`results.MetricsLog`);
+Each rank appends its metrics rows to its own file as they are logged (`metrics_log.MetricsLog`);
 after a barrier rank 0 merges them into the run directory's metrics.csv and summary.json
 (distsgd.results). A rank's entry point, which joins the
 process group and builds the Trainer, is `distsgd.worker`.
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint, results
+from . import checkpoint, files, metrics_log, results
 from .algorithms import create
 from .comm import Comm
 from .config import Config
@@ -98,7 +98,7 @@ class _Progress:
             self.bar.update(step - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
         elif self.file is not None and time.perf_counter() - self.last > 0.3:
-            results.write_text_atomic(self.file, f"{step} {loss}")
+            files.write_text_atomic(self.file, f"{step} {loss}")
             self.last = time.perf_counter()
 
     def close(self) -> None:
@@ -146,12 +146,12 @@ class Trainer:
 
     def train(self) -> None:
         c, comm = self.config, self.comm
-        self.metrics = results.MetricsLog(results.metrics_file(self.run_dir, comm.rank))
+        self.metrics = metrics_log.MetricsLog(metrics_log.metrics_file(self.run_dir, comm.rank))
         self.window = torch.zeros((), device=self.device)
         self.window_n, self.eval_s, self.elapsed_s = 0, 0.0, 0.0
         self.divergence = DivergenceCheck(self.model, comm, c.on_nan)
         start = self.resume()
-        board = results.board_writer(self.run_dir, start) if c.tensorboard and comm.rank == 0 else None
+        board = metrics_log.board_writer(self.run_dir, start) if c.tensorboard and comm.rank == 0 else None
         progress = _Progress(self.progress_file, c.steps, c.progress and comm.rank == 0)
         batches = self.batches(start)
         loss_of = partial(loss_fn, self.ds)
@@ -190,7 +190,7 @@ class Trainer:
                         self.evaluated_correct = correct
                 self.metrics.append(row)
                 if board is not None:
-                    results.board_scalars(board, row)
+                    metrics_log.board_scalars(board, row)
                 progress.update(done, row["train_loss"])
                 stop = self.divergence.check(done, self.window)
                 self.window.zero_()

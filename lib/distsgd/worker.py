@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from . import results
+from . import files, liveness
 from .comm import Comm, parse_net
 from .config import Config
 from .train import Trainer
@@ -118,7 +118,7 @@ def run_worker(run_dir: Path, config: Config | None = None) -> None:
     comm = Comm.from_env(resolve_backend(config, device), device, parse_net(config.net),
                          config.timeout_s)
     try:
-        results.write_pid_file(run_dir, comm.rank)     # after joining: rank 0 prepared the directory
+        liveness.write_pid_file(run_dir, comm.rank)     # after joining: rank 0 prepared the directory
         progress = progress_file(run_dir) if os.environ.get(PROGRESS_ENV) == "file" else None
         Trainer(config, comm, run_dir, progress, injected_fault(comm.rank), StopSignals()).train()
     except BaseException:
@@ -144,4 +144,4 @@ def record_error(run_dir: Path) -> None:
     already written: the launcher takes the earliest error file as the root cause."""
     path = error_file(run_dir, os.environ.get("RANK", "?"))
     if not path.exists():
-        results.write_text_atomic(path, traceback.format_exc())
+        files.write_text_atomic(path, traceback.format_exc())
