@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from distsgd import projection as pj
+from distsgd.timeline import error_band as eb
 from distsgd.claims import Claims, Test
 from distsgd.layer_profile import Layer, Profile
 
@@ -30,7 +31,7 @@ def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_schedule_a
                                            ("ps", ["BSP-PS", "WFBP-PS", "ByteScheduler-PS"], "IB-EDR",
                                             "100GbIB with RDMA")]:
         rows = table[table.method.isin(methods) & (table.connection == connection)]
-        band = pj.measured_error(algo, net)
+        band = eb.measured_error(algo, net)
         assert (band.low, band.high, band.rows) == (rows.error.min(), rows.error.max(), len(rows)) and len(rows) >= 12
         assert band.low < 0 < band.high
 
@@ -39,9 +40,9 @@ def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_schedule_a
                                             (1.0, "contradicted")])
 def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict):
     """measured = predicted / (1 + e): numerator e in [-10%, +20%], denominator in [-30%, +5%]."""
-    num = pj.ErrorBand("wfbp", "10GbE", -0.1, 0.2, 12, ("WFBP-A2A",))
-    den = pj.ErrorBand("no_overlap", "10GbE", -0.3, 0.05, 12, ("BSP-A2A",))
-    band = pj.RatioBand(((num, 1), (den, -1)))
+    num = eb.ErrorBand("wfbp", "10GbE", -0.1, 0.2, 12, ("WFBP-A2A",))
+    den = eb.ErrorBand("no_overlap", "10GbE", -0.3, 0.05, 12, ("BSP-A2A",))
+    band = eb.RatioBand(((num, 1), (den, -1)))
     low, high = band.interval(ratio)
     assert low == pytest.approx(ratio / 1.2 * 0.7) and high == pytest.approx(ratio / 0.9 * 1.05)
     claims = Claims("t")
@@ -112,12 +113,12 @@ def test_tensor_stats():
 
 
 def test_the_fastest_of_several_schedules_has_the_union_of_their_bands():
-    band = pj.ratio_band([(("no_overlap", "wfbp"), "10GbE")], [])
+    band = eb.ratio_band([(("no_overlap", "wfbp"), "10GbE")], [])
     (fastest, exponent), = band.terms
-    parts = [pj.measured_error(a, "10GbE") for a in ("no_overlap", "wfbp")]
+    parts = [eb.measured_error(a, "10GbE") for a in ("no_overlap", "wfbp")]
     assert exponent == 1 and fastest.low == min(p.low for p in parts) and fastest.high == max(p.high for p in parts)
-    with pytest.raises(pj.Uncovered, match="no fusion"):
-        pj.ratio_band([(("wfbp", "fusion"), "10GbE")], [])
+    with pytest.raises(eb.Uncovered, match="no fusion"):
+        eb.ratio_band([(("wfbp", "fusion"), "10GbE")], [])
 
 
 def test_a_sweep_table_carries_the_measured_error_beside_each_prediction():
@@ -125,8 +126,8 @@ def test_a_sweep_table_carries_the_measured_error_beside_each_prediction():
 
     table = pd.DataFrame({"algo": ["wfbp", "dear", "wfbp"], "net": ["10GbE", "10GbE", "100Gbit,5us"],
                           "step_s": [0.3, 0.3, 0.3]})
-    out = pj.with_measured_error(table)
-    band = pj.measured_error("wfbp", "10GbE")
+    out = eb.with_measured_error(table)
+    band = eb.measured_error("wfbp", "10GbE")
     assert out.step_s_low[0] == pytest.approx(0.3 / (1 + band.high)) and out.step_s_high[0] == pytest.approx(0.3 / (1 + band.low))
     assert out.measured_error[0].endswith("(12 survey rows)")
     assert out.measured_error[1] == "not measured: the survey measured no dear"
@@ -134,7 +135,7 @@ def test_a_sweep_table_carries_the_measured_error_beside_each_prediction():
 
 
 def test_interval_is_ordered_for_negative_values():
-    band = pj.ratio_band([("wfbp", "10GbE")], [("no_overlap", "10GbE")])
+    band = eb.ratio_band([("wfbp", "10GbE")], [("no_overlap", "10GbE")])
     low, high = band.interval(-0.5)
     assert low <= -0.5 <= high
 

@@ -49,7 +49,7 @@ from .comm.netmodel import NetModel
 from .errors import ConfigError
 from .layer_profile import Profile, format_shape
 from .paths import repo_root
-from .projection import with_measured_error
+from .timeline.error_band import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
 from .timeline.overheads import Overheads
 from .timeline.driver import COLLECTIVE_COLUMNS
@@ -215,7 +215,7 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     simulated (`timeline.sweep`, with the scale `effects` and per-call `overheads`, by default the
     what-if defaults of `timeline.effects`, `OFF` / None to switch them off; Chrome traces in
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
-    schedule and network beside it (`projection.with_measured_error`). With `collectives_steps` N > 0,
+    schedule and network beside it (`timeline.error_band.with_measured_error`). With `collectives_steps` N > 0,
     also every collective each configuration charges in a run of N steps (`timeline.simulate.collectives`,
     columns algo, nproc, net first). Every argument is checked before the profile is built or
     anything is simulated."""

@@ -22,6 +22,7 @@ from ..comm import parse_net
 from ..layer_profile import Profile
 from ..results import Result
 from ..runner import run
+from ..timeline.error_band import RatioBand
 
 # the paper's setting (SPECS.md a, its abstract), fixed here before the projection; not parameters of the notebook
 PROJ_DEVICE, PROJ_BATCH, PROJ_NPROC = "GTX1080Ti-fp32", 128, 16
@@ -85,7 +86,7 @@ def precheck_cores(claims: Claims, timing_nproc: int) -> tuple[int, bool]:
     return cores, oversubscribed
 
 
-def register_projection(claims: Claims) -> tuple[dict[str, Profile], dict[str, projection.RatioBand | None]]:
+def register_projection(claims: Claims) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
     """Load the committed layer profile of each model of `PROJ_MODELS` on `PROJ_DEVICE` at `PROJ_BATCH`
     and register its projected claims (`PROJ_CLAIMS`), each to be decided within the simulator's error
     measured on a real cluster for its schedules on `PROJ_NET` (`projection.register`: a setting no
@@ -355,7 +356,7 @@ def plot_projection(proj: pd.DataFrame, setting: str, path: Path) -> plt.Figure:
 
 
 def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Profile],
-                      bands: dict[str, projection.RatioBand | None], reach: dict[str, dict[str, float]],
+                      bands: dict[str, RatioBand | None], reach: dict[str, dict[str, float]],
                       target: float, period: int, setting: str) -> None:
     """Decide the projected claims (`register_projection`) on the ratios of projected times to the target
     (`projection_table`), within their bands (`projection.decide`); `setting` names the model and data

@@ -16,6 +16,7 @@ from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck
 from ..claims import Claims, Test
 from ..layer_profile import Profile
 from ..results import Result
+from ..timeline.error_band import RatioBand
 
 # the paper's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE, PROJ_GPUS, PROJ_NODES, PROJ_INTRA = "V100-fp32", 4, 16, "PCIe3"
@@ -42,7 +43,7 @@ def where(profile: Profile, net: str) -> str:
     return pj.describe(profile, PROJ_P, net, PROJ_GPUS, PROJ_INTRA)
 
 
-def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, pj.RatioBand | None]]:
+def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
     """Register the notebook's claims, before any run. Measured (per-round ratios of step times on
     the emulated networks): DDP / DeAR >= 1.2 on 10GbE-like (the paper's "up to 1.83x"), the gain on
     IB-like / on 10GbE-like <= 1 (1.15x vs 1.83x), DeAR 25 MB / DeAR tuned >= 1. Projected
@@ -175,7 +176,7 @@ def round_ratios(bench: pd.DataFrame, p: int) -> tuple[dict[str, pd.Series], pd.
             "dear_tuned_vs_default": (per["DeAR 25 MB"] / per["DeAR tuned"]).xs("10GbE-like", level="net_name")}, gain
 
 
-def decide_projection(claims: Claims, profiles: dict[str, Profile], bands: dict[str, pj.RatioBand | None],
+def decide_projection(claims: Claims, profiles: dict[str, Profile], bands: dict[str, RatioBand | None],
                       out: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Project every schedule (`PROJ_CASES`) at 8..64 workers on both networks, decide the projected
     claims at 64 workers within their bands (`projection.decide`) and write projection.csv, the

@@ -15,6 +15,7 @@ from ..claims import Claims, Test
 from ..layer_profile import Profile
 from ..results import Result
 from ..runner import run
+from ..timeline.error_band import RatioBand
 
 # the paper's setting (SPECS.md h), fixed before the projection; not parameters of the notebook
 PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH = "resnet20", "V100-fp32", 128
@@ -44,7 +45,7 @@ def end_acc(r: Result, pulled: bool = False) -> float:
 
 
 def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local_rule: str, seeds: int, n_test: int,
-                    acc_data: str, resolution: float, expected_acc: float) -> tuple[Profile, pj.RatioBand | None]:
+                    acc_data: str, resolution: float, expected_acc: float) -> tuple[Profile, RatioBand | None]:
     """Register the notebook's claims before any run. On accuracy (paired test over `seeds` seeds x
     `n_test` test images): S-SGD - SSD-SGD <= 1 point for each k <= 5 (inconclusive by precheck
     where the pairs resolve only `resolution` > 1 point), and at k = `kmax` the warm-up and the
@@ -185,7 +186,7 @@ def decide_accuracy(claims: Claims, runs: Mapping[tuple[int, str], Result], seed
         claims.decide_paired_accuracy(cid, *([runs[s, m].test_correct("evaluated") for s in seeds] for m in (a, b)), a, b)
 
 
-def decide_projection(claims: Claims, profile: Profile, band: pj.RatioBand | None,
+def decide_projection(claims: Claims, profile: Profile, band: RatioBand | None,
                       out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """S-SGD and SSD-SGD (k = 5) projected at the paper's setting on 10 Gbit/s at each latency
     (out/projection.csv, the profile note), and the projected latency claim decided within its band:

@@ -18,6 +18,7 @@ from ..claims import Claims, Test
 from ..comm import named_net
 from ..layer_profile import Profile
 from ..timeline import validate as tv
+from ..timeline.error_band import RatioBand
 
 # the survey's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE = "V100-fp32"
@@ -70,7 +71,7 @@ def model_roles(models: Sequence[str]) -> tuple[pd.DataFrame, str, str]:
     return (stats, *roles(stats))
 
 
-def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[str, pj.RatioBand | None]:
+def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[str, RatioBand | None]:
     """Register the notebook's claims before any run. Measured (per-round ratios on 10GbE-like):
     WFBP / fusion >= 1 for `small_model` ("fusion helps most for all-reduce with many small
     tensors"), PS / PS + partition >= 1 for `large_model`, and the ranking follows the intensity
@@ -185,7 +186,7 @@ def projection_roles(out: Path) -> tuple[dict[str, Profile], pd.DataFrame, str, 
     return profiles, stats, small, large, by_i
 
 
-def decide_projection(claims: Claims, bands: dict[str, pj.RatioBand | None], profiles: dict[str, Profile],
+def decide_projection(claims: Claims, bands: dict[str, RatioBand | None], profiles: dict[str, Profile],
                       small_model: str, large_model: str, by_i: Sequence[str],
                       out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Project every method (`PROJ_CASES`) at 4..32 workers on each fabric (out/projection.csv) and
