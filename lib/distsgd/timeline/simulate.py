@@ -2,8 +2,8 @@
 
 The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
 profile, its collectives charged on the network model) or, where it stands for another library's
-runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS; and SSD-SGD
-for now). From the first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
+runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS). From the
+first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
 ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
@@ -40,7 +40,6 @@ from ..errors import ConfigError
 from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
-from .local import SSDSGD
 from .overheads import Overheads, for_profile
 from .schedules import BytePS, DDP, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
@@ -143,7 +142,7 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
     """Every collective the simulator charges for a run of `steps` steps of `algo` from a fresh
     start (its `finalize` included), one row each in issue order, with the columns of a run's
     comm.csv that do not depend on wall time (`driver.COLLECTIVE_COLUMNS`): its own class driven
-    (`driver.issued_collectives`; also for ssd_sgd, whose timing is a stated model). ddp: torch's reducer
+    (`driver.issued_collectives`). ddp: torch's reducer
     issues them, which the simulator does not drive (ConfigError)."""
     if algo not in REGISTRY:
         raise ConfigError("algo", algo, sorted(REGISTRY))
@@ -160,10 +159,9 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
 def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
     """The stated model that stands for `algo` in this setting, or None: the simulator drives the
     algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
-    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement;
-    and ssd_sgd (`local`), whose rules the simulator cannot price from its own class yet."""
-    if algo in (DDP.algo, SSDSGD.algo):
-        return {DDP.algo: DDP, SSDSGD.algo: SSDSGD}[algo]
+    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
+    if algo == DDP.algo:
+        return DDP
     if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
         return HorovodWFBP
     if algo == BytePS.algo and topology.servers is not None:
