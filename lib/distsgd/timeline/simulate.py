@@ -46,6 +46,7 @@ from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
 ALGORITHMS = REGISTRY          # every registered algorithm is simulated
+TRANSIENT_ENDS = 2             # steps driven at each end of a long transient that repeats itself (`transient`)
 
 
 @dataclass
@@ -123,7 +124,8 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     run, start, cycle = stepper(profile, algo, rank, resolved)
     warmup = start + cycle * max(2, -(-2 // cycle))
     measured = cycle * max(1, -(-2 // cycle))
-    run.steps(0, warmup)
+    transient(run, start)
+    run.steps(start, warmup - start)
     t0, busy0 = rank.t, rank.busy
     run.steps(warmup, measured)
     if isinstance(run, Driven):
@@ -179,6 +181,22 @@ def stepper(profile: Profile, algo: str, rank: Rank, params: dict[str, Any]) -> 
     cls = REGISTRY[algo]
     start, cycle = cls.steady_state(params)
     return drive(profile, cls, params, rank), start, cycle
+
+
+def transient(run: Driven | Simulated, start: int) -> None:
+    """Steps 0 .. start - 1, before the steady state (module doc), whose times `simulate` does not
+    measure: in full up to 2 * `TRANSIENT_ENDS` steps; a longer one (SSD-SGD's `warmup` S-SGD steps,
+    500 by default) by its first `TRANSIENT_ENDS` steps and, when those issued the same collectives
+    each step (a transient that repeats itself), its last `TRANSIENT_ENDS` steps only: the steps
+    between would repeat them, and the algorithm enters `start` as after a repeated step. A transient
+    that does not repeat is driven in full. `check_steady` checks the steady state that follows."""
+    if start <= 2 * TRANSIENT_ENDS or not isinstance(run, Driven):
+        run.steps(0, start)
+        return
+    run.steps(0, TRANSIENT_ENDS)
+    sig = run.signature(range(TRANSIENT_ENDS))
+    first = start - TRANSIENT_ENDS if all(s == sig[0] for s in sig) else TRANSIENT_ENDS
+    run.steps(first, start - first)
 
 
 def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, count: int, cycle: int) -> None:
