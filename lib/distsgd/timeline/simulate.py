@@ -8,6 +8,8 @@ first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
 ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
 iterations and the cycle before them must issue the same collectives every cycle (`check_steady`).
+The steps before `start` (`transient`) are driven in full, or, when long and repeating themselves
+(SSD-SGD's S-SGD warm-up), by their first and last steps.
 With T_i the compute clock when iteration i starts:
 
     step_s         = (T_{w+m} - T_w) / m                 (w = warmup, m = measured)
