@@ -2,6 +2,8 @@
 charges are the ones a real gloo run issues, and it checks the steady state an algorithm declares."""
 from __future__ import annotations
 
+import importlib
+
 import pandas as pd
 import pytest
 
@@ -15,7 +17,8 @@ from distsgd.timeline import simulate
 from distsgd.timeline.driver import COLLECTIVE_COLUMNS
 from distsgd.timeline.simulate import collectives
 
-from test_timeline import TOY
+from test_timeline import NET, TOY
+from test_timeline_overheads import KNOB
 
 # ddp: torch's reducer issues its collectives, a stated model in the simulator (timeline.schedules)
 DRIVEN = sorted(set(REGISTRY) - {"ddp", "compressed_sgd", "ssd_sgd"})
@@ -61,6 +64,17 @@ def test_a_declared_steady_state_that_does_not_repeat_fails(monkeypatch: pytest.
     monkeypatch.setattr(LocalSGD, "steady_state", classmethod(lambda cls, params: (0, 1)))
     with pytest.raises(RuntimeError, match="do not repeat every 1 steps"):
         simulate(TOY, "local_sgd", 4, "10GbE")
+
+
+def test_a_long_repeating_transient_is_driven_by_its_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`simulate.transient`: SSD-SGD's 500 warm-up steps driven by their first and last steps
+    predict what driving all of them does, on a network where the pushes queue."""
+    ends = simulate(TOY, "ssd_sgd", 8, NET, {"period": 3}, overheads=KNOB)
+    monkeypatch.setattr(importlib.import_module("distsgd.timeline.simulate"), "TRANSIENT_ENDS", 10**6)
+    full = simulate(TOY, "ssd_sgd", 8, NET, {"period": 3}, overheads=KNOB)
+    assert (ends.step_s, ends.compute_s, ends.comm_s) == pytest.approx((full.step_s, full.compute_s, full.comm_s),
+                                                                         rel=1e-12)
+    assert len(ends.events) < len(full.events) / 10
 
 
 def test_the_cli_lists_the_collectives_of_every_configuration(tmp_path, capsys: pytest.CaptureFixture) -> None:

@@ -130,11 +130,31 @@ def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
     def span(pred, name: str) -> list[float]:
         return [e.end - e.start for e in pred.events if e.stream == "compute" and e.name == name]
 
-    assert span(default, "local rule") == pytest.approx([TOY.update_s] * len(span(default, "local rule")))
-    assert set(span(measured, "local rule")) and all(
-        d == pytest.approx(0.5 * TOY.compute_s, rel=1e-12) for d in span(measured, "local rule"))
-    assert all(d == pytest.approx(period * 0.25 * TOY.compute_s, rel=1e-12)
-               for d in span(measured, "server steps"))
+    assert span(default, "ssd_rule") == pytest.approx([TOY.update_s] * len(span(default, "ssd_rule")))
+    assert set(span(measured, "ssd_rule")) and all(
+        d == pytest.approx(0.5 * TOY.compute_s, rel=1e-12) for d in span(measured, "ssd_rule"))
+    assert set(span(measured, "ssd_server")) and all(
+        d == pytest.approx(0.25 * TOY.compute_s, rel=1e-12) for d in span(measured, "ssd_server"))
+
+
+@pytest.mark.parametrize("period", [1, 4])
+def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
+    """SSD-SGD's class announces its passes (`Comm.work`): on a free network a cycle of `period`
+    steps costs `period` forward/backward passes, `period` server steps (the pushes the pull
+    applies: len(due)) and `period` local rules, and no optimizer update (its `optimizer_step` does
+    not call `optimizer.step()`); its warm-up steps (S-SGD) a forward/backward and a server step."""
+    rule, server = 0.5, 0.25
+    planted = Overheads(ssd_rule=rule, ssd_server=server)
+    fb, c, u = TOY.compute_s - TOY.update_s, TOY.compute_s, TOY.update_s
+    plain = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period})
+    charged = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period}, overheads=planted)
+    assert period * plain.step_s == pytest.approx(period * fb + period * u + u * period, rel=1e-12)
+    assert period * (charged.step_s - plain.step_s) == pytest.approx(
+        period * (server * c - u) + period * (rule * c - u), rel=1e-12)
+    from distsgd.timeline.validate import window_step
+    warm = window_step(TOY, "ssd_sgd", 2, FREE_NET, {"period": period, "warmup": 20}, warmup=2, steps=8,
+                       overheads=planted)
+    assert warm == pytest.approx(fb + server * c, rel=1e-12)
 
 
 @pytest.mark.timing

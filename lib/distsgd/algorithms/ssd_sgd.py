@@ -152,14 +152,18 @@ class SSDSGD(Algorithm):
                           for p in self.params_], out=self.grad)
 
     def _server(self, gbar: torch.Tensor) -> None:
-        """The server's synchronous momentum-SGD step on the global model (torch SGD form)."""
+        """The server's synchronous momentum-SGD step on the global model (torch SGD form), a pass
+        announced as work "ssd_server" (`Comm.work`)."""
+        self.comm.work("ssd_server")
         self.velocity.mul_(self.optimizer.param_groups[0]["momentum"]).add_(gbar).addcmul_(self.decay, self.x_global)
         self.x_global.add_(self.velocity, alpha=-self.lr)
 
     def _local_rule(self, g: torch.Tensor) -> None:
         """L_i <- LocalRule(L_i, g) on the rescaled gradient g = g_i / N, in place: the step d in
         `step_`, the rule's extra term in `term` (each operation as the module docstring writes
-        it, so the result is the same to the bit as with fresh temporaries)."""
+        it, so the result is the same to the bit as with fresh temporaries), a pass announced as work
+        "ssd_rule" (`Comm.work`)."""
+        self.comm.work("ssd_rule")
         w, eta_l, d, term = self.local, self.local_lr_scale * self.lr, self.step_, self.term
         if self.local_rule == "dc":
             parity = self.local_num % 2

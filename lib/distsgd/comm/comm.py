@@ -347,6 +347,12 @@ class Comm:
         answers with the simulated clock through the same call."""
         return time.perf_counter()
 
+    def work(self, name: str) -> None:
+        """Announce an algorithm's own pass over its buffers that no layer of the model times
+        (SSD-SGD's local rule "ssd_rule" and server step "ssd_server"), called where the pass runs.
+        Nothing here: in a run the pass takes its real time. The simulator's `SimComm` charges it
+        on the compute stream at its measured cost (`timeline.overheads.Overheads.work_s`)."""
+
     # ------------------------------------------------------------------ accounting
     def pending(self) -> int:
         """Number of issued async collectives not yet waited on."""

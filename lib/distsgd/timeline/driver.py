@@ -17,14 +17,17 @@ optimizer_step, after_step), on stand-ins that move no data and keep the time of
   compute stream); its handle's `wait()` moves the compute stream to the ready time. Its ledger holds
   what the algorithm issued, with the columns of a run's comm.csv. `now()` is the simulated clock:
   an algorithm that times itself (MG-WFBP's gradient-ready times, DeAR's tuner) measures the
-  profile's times through the interface it uses in a run.
+  profile's times through the interface it uses in a run. An algorithm's own pass over its buffers
+  that no layer times, announced by `Comm.work(name)` (SSD-SGD's local rule and server step), is
+  charged on the compute stream at its cost (`Overheads.work_s`: measured, or one `update_s`).
 - Updates: `optimizer.step()` charges the profile's `update_s`; a layer whose parameters were
   changed in place since its last forward (a layer-wise deferred update: DeAR, ByteScheduler)
   charges its own `update_s` before its forward.
 
 The steady state: the algorithm's communication repeats every `cycle` steps from step `start`
-(`Algorithm.steady_state`); `simulate` runs `start + warmup + measured` steps (module
-`timeline.simulate`) and checks that the measured steps issued what the cycle before them did.
+(`Algorithm.steady_state`); `simulate` runs the steps before `start` (a long one that repeats
+itself by its ends: `timeline.simulate.transient`), then `warmup + measured` steps, and checks that
+the measured steps issued what the cycle before them did.
 """
 from __future__ import annotations
 
@@ -85,11 +88,12 @@ class SimComm(Comm):
     scheme (the compression family's rank 0, whose aggregation of every worker's payload would cost
     the simulator p decompressions per bucket and the timeline nothing: meta tensors cost no time).
     Reductions of bookkeeping values (`reduce_uncounted`, `agree`) see every rank holding this
-    rank's value."""
+    rank's value. `update_s` and `compute_s` (the profile's optimizer update and training step)
+    price the algorithm's announced work (`work`)."""
 
-    def __init__(self, clock: Rank) -> None:
+    def __init__(self, clock: Rank, update_s: float, compute_s: float) -> None:
         super().__init__(clock.nproc - 1, clock.nproc, torch.device("meta"))
-        self.clock = clock
+        self.clock, self.update_s, self.compute_s = clock, update_s, compute_s
         self.net = _LinkCost(clock, clock.topology.group_link(clock.nproc, clock.nproc))
 
     def now(self) -> float:
@@ -112,6 +116,10 @@ class SimComm(Comm):
 
     def agree(self, tensor: torch.Tensor, op: str = "max") -> torch.Tensor:
         return self.reduce_uncounted(tensor, op)
+
+    def work(self, name: str) -> None:
+        """The algorithm's pass `name`, on the compute stream at `Overheads.work_s` (module doc)."""
+        self.clock.compute(name, self.clock.overheads.work_s(name, self.update_s, self.compute_s))
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
                launch: Any) -> SimHandle | None:
@@ -264,7 +272,7 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
         model.seen()
 
     optimizer.register_step_post_hook(charge)
-    comm = SimComm(clock)
+    comm = SimComm(clock, profile.update_s, profile.compute_s)
     algorithm = cls(**params)
     net = algorithm.setup(model, optimizer, comm, config.facts())
     return Driven(algorithm, comm, clock, net, optimizer, model, config)

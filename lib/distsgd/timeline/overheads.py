@@ -16,9 +16,10 @@ besides the profile's layer times:
     transfer's CPU time (its copies: the bandwidth term of the real cost; the latency term is
     waiting for the peers); real transfers run one after the other (gloo's thread). Blocking
     collectives hide it (the compute stream waits anyway); overlapped ones pay it.
-(d) SSD-SGD's own rules (`ssd_rule`, `ssd_server`): its cosdcasgd local rule and its momentum
-    server step are several passes over the flat model, as fractions of the model's training
-    step; without them the simulator charges one optimizer update (`update_s`) for each.
+(d) an algorithm's own passes over its buffers, announced by `Comm.work(name)` (`work_s`): SSD-SGD's
+    cosdcasgd local rule (`ssd_rule`) and its momentum server step (`ssd_server`) are several passes
+    over the flat model, as fractions of the model's training step; without them the simulator
+    charges one optimizer update (`update_s`) for each.
 
 (e) On a GPU host (`host_share` set) the costs are the host's, not the compute stream's: the host
     spends `host_share` seconds issuing each second of device compute (the model's
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
     from ..layer_profile import Profile
 
 
+WORK = ("ssd_rule", "ssd_server")     # the passes an algorithm announces (`Comm.work`), each a field
+
+
 @dataclass(frozen=True)
 class Overheads:
     """Seconds per collective issued (`issue_s`) and memory-copy speed in bytes/s (`copy_Bps`;
@@ -94,11 +98,14 @@ class Overheads:
         """A GPU host: costs on the host's clock, not the compute stream's (module docstring, (e))."""
         return self.host_share is not None
 
-    def ssd_s(self, which: str, update_s: float, compute_s: float) -> float:
-        """Seconds of SSD-SGD's local rule (`which` "rule") or of one server step ("server"):
-        the measured fraction (`ssd_rule`, `ssd_server`) of the profile's training step
-        `compute_s`, or one optimizer update `update_s` when not measured (module docstring, (d))."""
-        fraction = self.ssd_rule if which == "rule" else self.ssd_server
+    def work_s(self, name: str, update_s: float, compute_s: float) -> float:
+        """Seconds of the algorithm's pass `name` (`Comm.work`: one of `WORK`, SSD-SGD's local rule
+        "ssd_rule" or one server step "ssd_server"): the measured fraction (the field of that name)
+        of the profile's training step `compute_s`, or one optimizer update `update_s` when not
+        measured (module docstring, (d))."""
+        if name not in WORK:
+            raise ValueError(f"work {name!r}: the passes with a cost are {', '.join(WORK)}")
+        fraction = getattr(self, name)
         return update_s if fraction is None else fraction * compute_s
 
     def transfer_s(self, kind: str, nbytes: int, p: int) -> float:

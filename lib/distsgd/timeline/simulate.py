@@ -2,12 +2,14 @@
 
 The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
 profile, its collectives charged on the network model) or, where it stands for another library's
-runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS; and SSD-SGD
-for now). From the first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
+runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS). From the
+first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
 ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
 iterations and the cycle before them must issue the same collectives every cycle (`check_steady`).
+The steps before `start` (`transient`) are driven in full, or, when long and repeating themselves
+(SSD-SGD's S-SGD warm-up), by their first and last steps.
 With T_i the compute clock when iteration i starts:
 
     step_s         = (T_{w+m} - T_w) / m                 (w = warmup, m = measured)
@@ -40,13 +42,13 @@ from ..errors import ConfigError
 from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
-from .local import SSDSGD
 from .overheads import Overheads, for_profile
 from .schedules import BytePS, DDP, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
 ALGORITHMS = REGISTRY          # every registered algorithm is simulated
+TRANSIENT_ENDS = 2             # steps driven at each end of a long transient that repeats itself (`transient`)
 
 
 @dataclass
@@ -124,7 +126,8 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     run, start, cycle = stepper(profile, algo, rank, resolved)
     warmup = start + cycle * max(2, -(-2 // cycle))
     measured = cycle * max(1, -(-2 // cycle))
-    run.steps(0, warmup)
+    transient(run, start)
+    run.steps(start, warmup - start)
     t0, busy0 = rank.t, rank.busy
     run.steps(warmup, measured)
     if isinstance(run, Driven):
@@ -143,7 +146,7 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
     """Every collective the simulator charges for a run of `steps` steps of `algo` from a fresh
     start (its `finalize` included), one row each in issue order, with the columns of a run's
     comm.csv that do not depend on wall time (`driver.COLLECTIVE_COLUMNS`): its own class driven
-    (`driver.issued_collectives`; also for ssd_sgd, whose timing is a stated model). ddp: torch's reducer
+    (`driver.issued_collectives`). ddp: torch's reducer
     issues them, which the simulator does not drive (ConfigError)."""
     if algo not in REGISTRY:
         raise ConfigError("algo", algo, sorted(REGISTRY))
@@ -160,10 +163,9 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
 def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
     """The stated model that stands for `algo` in this setting, or None: the simulator drives the
     algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
-    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement;
-    and ssd_sgd (`local`), whose rules the simulator cannot price from its own class yet."""
-    if algo in (DDP.algo, SSDSGD.algo):
-        return {DDP.algo: DDP, SSDSGD.algo: SSDSGD}[algo]
+    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
+    if algo == DDP.algo:
+        return DDP
     if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
         return HorovodWFBP
     if algo == BytePS.algo and topology.servers is not None:
@@ -181,6 +183,22 @@ def stepper(profile: Profile, algo: str, rank: Rank, params: dict[str, Any]) -> 
     cls = REGISTRY[algo]
     start, cycle = cls.steady_state(params)
     return drive(profile, cls, params, rank), start, cycle
+
+
+def transient(run: Driven | Simulated, start: int) -> None:
+    """Steps 0 .. start - 1, before the steady state (module doc), whose times `simulate` does not
+    measure: in full up to 2 * `TRANSIENT_ENDS` steps; a longer one (SSD-SGD's `warmup` S-SGD steps,
+    500 by default) by its first `TRANSIENT_ENDS` steps and, when those issued the same collectives
+    each step (a transient that repeats itself), its last `TRANSIENT_ENDS` steps only: the steps
+    between would repeat them, and the algorithm enters `start` as after a repeated step. A transient
+    that does not repeat is driven in full. `check_steady` checks the steady state that follows."""
+    if start <= 2 * TRANSIENT_ENDS or not isinstance(run, Driven):
+        run.steps(0, start)
+        return
+    run.steps(0, TRANSIENT_ENDS)
+    sig = run.signature(range(TRANSIENT_ENDS))
+    first = start - TRANSIENT_ENDS if all(s == sig[0] for s in sig) else TRANSIENT_ENDS
+    run.steps(first, start - first)
 
 
 def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, count: int, cycle: int) -> None:
