@@ -35,7 +35,7 @@ def _pct(fraction: str) -> str:
 
 def verdicts(root: Path) -> str:
     """Per notebook, the verdict counts of figures/*/claims.csv (the README's table)."""
-    from distsgd import report
+    from distsgd.verdicts import report
     block = report.readme_block(*report.collect(root / "figures"))
     return block.removeprefix(report.README_BEGIN + "\n").removesuffix("\n" + report.README_END)
 

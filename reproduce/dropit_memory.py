@@ -1,6 +1,6 @@
 """DropIT's memory at the paper's setting (notebook 03): DeiT-Ti and ResNet-18, 224x224, the paper's
 batch, fp32 and fp16 autocast, without DropIT and with min-k at γ = 0.9
-(`distsgd.dropit_paper_scale.dropit_memory_table`).
+(`distsgd.experiments.dropit_paper_scale.dropit_memory_table`).
 
 Writes OUT/dropit_memory.csv. On a machine with a CUDA GPU: one real training step per row on it,
 the saved-for-backward bytes and the peak allocated memory, the GPU named in the ``device`` column.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from distsgd.dropit_paper_scale import dropit_memory_table
+from distsgd.experiments.dropit_paper_scale import dropit_memory_table
 
 
 def main() -> int:

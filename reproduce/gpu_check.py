@@ -5,11 +5,11 @@ Steps (all by default; `--steps` picks some, in this order):
 0. `calls`: the per-collective cost on NCCL (issue 33 item 2): 1 to 512 async all-reduces of 4 KB to
    64 MB through the kit's `Comm` and through torch.distributed alone, host issue time and device
    time per call (`timeline.overheads.measure_gpu_calls`) -> OUT/gpu_calls.csv.
-1. `host`: where a training step's time goes (`profiling.host_and_device`): the host's time to issue
+1. `host`: where a training step's time goes (`profiler.host_and_device`): the host's time to issue
    forward, backward and update, the device's own time, and the step, for the validated models at the
    validation's batch -> OUT/gpu_host.csv.
 2. `profiles`: layer profiles of the papers' models measured on this GPU at the papers' batches and inputs
-   (the list of `reproduce/layer_profiles/make_profiles.sh projected`), `profiling.measure`:
+   (the list of `reproduce/layer_profiles/make_profiles.sh projected`), `profiler.measure`:
    medians of 10 rounds after 3 warm-up iterations -> OUT/profiles/<GPU>/<model>_b<batch>[_<input>].csv
 3. `validation`: the simulator against the schedule benchmark on one NCCL rank (`timeline.validate.validate_gpu`:
    p = 1, no emulation, the profile measured there, unscaled) -> OUT/gpu_validation.csv, and the
@@ -73,7 +73,7 @@ VALIDATION_BATCH = 32
 
 
 def calls(out: Path, args: argparse.Namespace) -> None:
-    from distsgd.timeline.overheads import measure_gpu_calls
+    from distsgd.systems.timeline.overheads import measure_gpu_calls
     # 512 x 64 MB is 32 GB: on the CPU check (this machine's memory) the sizes up to 1 MB
     table = measure_gpu_calls(device=args.device, **({} if args.device == "cuda" else {"sizes": (2**12, 2**16, 2**20)}))
     table.to_csv(out / "gpu_calls.csv", index=False)
@@ -81,14 +81,14 @@ def calls(out: Path, args: argparse.Namespace) -> None:
 
 
 def host(out: Path, args: argparse.Namespace) -> None:
-    from distsgd.timeline.validate import host_table
+    from distsgd.systems.timeline.validate import host_table
     table = host_table(args.models, VALIDATION_BATCH, args.device)
     table.to_csv(out / "gpu_host.csv", index=False)
     print(table.to_string(), flush=True)
 
 
 def profiles(out: Path, args: argparse.Namespace) -> None:
-    from distsgd.profiling import measure
+    from distsgd.systems.profiler import measure
     folder = gpu_folder(out)
     for model, batch, shape in PAPER_PROFILES:
         t = time.perf_counter()
@@ -102,7 +102,7 @@ def profiles(out: Path, args: argparse.Namespace) -> None:
 def validation(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from distsgd.timeline.validate import validate_gpu
+    from distsgd.systems.timeline.validate import validate_gpu
     measured = {name: pd.read_csv(out / f"gpu_{name}.csv") for name in ("calls", "host")
                 if (out / f"gpu_{name}.csv").exists()}        # this run's steps 0 and 1, else measured now
     table, bench, extra = validate_gpu(models=args.models, batch_size=VALIDATION_BATCH, steps=16, warmup=8,
@@ -130,7 +130,7 @@ def training(out: Path, args: argparse.Namespace) -> None:
 
 
 def dropit_memory(out: Path, args: argparse.Namespace) -> None:
-    from distsgd.dropit_paper_scale import dropit_memory_table
+    from distsgd.experiments.dropit_paper_scale import dropit_memory_table
     measured = dropit_memory_table(args.device, fake=False)
     counted = dropit_memory_table(args.device, fake=True)
     measured["fake_count_equal"] = ((measured.saved_bytes == counted.saved_bytes)
@@ -148,7 +148,7 @@ BASELINE_PAIRS = [("S-SGD", "DDP"), ("tensor fusion", "DDP 2 MB")]
 def baseline(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from distsgd.bench_schedules import NETWORKS, bench_schedules
+    from distsgd.systems.benchmark import NETWORKS, bench_schedules
     cores = len(os.sched_getaffinity(0))
     nprocs = [p for p in (2, 4, 8) if p <= cores] or [2]
     frames = []

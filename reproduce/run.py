@@ -21,7 +21,7 @@ with ``--dry-run``):
 * ``OUT/summary.csv``    notebook, status, minutes, claims reproduced / contradicted /
   inconclusive / total, executed notebook;
 * ``OUT/REPORT.md`` and ``OUT/REPORT.html``: every claim of every notebook run, with the paper's
-  value, the measured value and interval, the verdict and its reason (``distsgd.report``);
+  value, the measured value and interval, the verdict and its reason (``distsgd.verdicts.report``);
 * figures, ``claims.csv`` and ``invariants.csv`` are written by the notebooks to
   ``$DISTSGD_FIGURES/<NAME>/``.
 
@@ -52,8 +52,8 @@ fails here. What this machine cannot provide is replaced, and only that:
   length of the benchmarks' BERT inputs, ``DISTSGD_MAX_IMAGE_SIDE`` (default 16) the side of their
   ResNet-50 images (parameters stay whole in both) and ``DISTSGD_MAX_DEPTH`` (default 1) the
   repeated blocks of the benchmarks' models (BERT-Base: one encoder layer, ResNet-50: one block
-  per stage; every tensor keeps its shape, see ``distsgd.caps``). The environment is the only
-  channel into the kernels: there ``distsgd.caps.Caps.from_env()`` reads these variables, and each config is
+  per stage; every tensor keeps its shape, see ``distsgd.training.caps``). The environment is the only
+  channel into the kernels: there ``distsgd.training.caps.Caps.from_env()`` reads these variables, and each config is
   validated as the profile asks before it is capped (``Caps.apply``). Set a variable to 0 to
   lift its cap (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
 * ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
@@ -94,9 +94,9 @@ DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
 DEFAULT_FIGURES_DIR = REPO_ROOT / "figures"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 PROFILE_KEYS = frozenset({"defaults", "notebooks"})
-VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.claims.VERDICTS
+VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
-# default caps of a dry run (distsgd.caps.Caps; its DISTSGD_MAX_* variables override them)
+# default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
 DRY_RUN_CAPS = {"nproc": 2, "batch_size": 2, "eval_samples": 4, "seq_len": 8, "image_side": 16, "depth": 1}
 
 _print_lock = threading.Lock()
@@ -333,7 +333,7 @@ def dry_run_environment(out_dir: Path) -> None:
     need to run full-profile configs on this machine (see the module doc); UsageError, before
     anything is written, if a ``DISTSGD_MAX_*`` cap already set is not an integer >= 0."""
     sys.path.insert(0, str(REPO_ROOT / "lib"))
-    from distsgd.caps import Caps
+    from distsgd.training.caps import Caps
     from distsgd.data.standins import write_standins
 
     for var, value in Caps(**DRY_RUN_CAPS).env().items():
@@ -849,8 +849,8 @@ def write_report(figures_dir: Path, out_dir: Path, profile: str, names: Sequence
     """OUT/REPORT.md and OUT/REPORT.html of these notebooks' claims; with `update_readme`, the
     README's generated verdict table too; with `update_ledger`, the ledger's `why` column."""
     sys.path.insert(0, str(REPO_ROOT / "lib"))
-    from distsgd import report
-    from distsgd.claims import ledger_path
+    from distsgd.verdicts import report
+    from distsgd.verdicts.claims import ledger_path
 
     if update_ledger:
         ledger = ledger_path(profile)

@@ -18,10 +18,10 @@ from distsgd.algorithms.flat import flatten, unflatten_into
 from distsgd.algorithms.registry import REGISTRY
 from distsgd.comm import Comm
 from distsgd.models import build_model
-from distsgd.step import train_steps
-from distsgd.timeline import simulate
-from distsgd.timeline.driver import COLLECTIVE_COLUMNS
-from distsgd.timeline.simulate import collectives
+from distsgd.training.step import train_steps
+from distsgd.systems.timeline import simulate
+from distsgd.systems.timeline.driver import COLLECTIVE_COLUMNS
+from distsgd.systems.timeline.simulate import collectives
 
 from gloo import run_ranks
 from test_timeline import TOY

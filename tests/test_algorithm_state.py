@@ -11,9 +11,9 @@ import io
 import pytest
 import torch
 
-from distsgd.algorithms import REGISTRY
+from distsgd.algorithms import REGISTRY, create
 from distsgd.algorithms.period import Period
-from distsgd.schedule import lr_at
+from distsgd.lr_schedule import lr_at
 from gloo import run_ranks
 
 WORLD, STEPS, STOP, LR = 2, 10, 5, 0.05
@@ -51,7 +51,7 @@ def _model(seed: int) -> torch.nn.Module:
 
 def _config(name: str):
     """The run's config of algorithm `name`: its facts for setup, its schedule for the loop."""
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     momentum = 0.0 if name in PLAIN_SGD else 0.9
     return Config(algo=name, params=CASES[name], nproc=WORLD, lr=LR, momentum=momentum,
@@ -71,7 +71,7 @@ def _start(name: str, comm, seed: int):
 
 
 def _run(algo, net, opt, rank: int, start: int, stop: int) -> None:
-    """Steps start..stop-1 in distsgd.train's hook order, on batches fixed by (rank, step)."""
+    """Steps start..stop-1 in distsgd.training.loop's hook order, on batches fixed by (rank, step)."""
     for step in range(start, stop):
         lr = algo.learning_rate(step, lr_at(_config(algo.name), step))
         for group in opt.param_groups:
@@ -150,7 +150,7 @@ def test_parameters_are_annotated_attributes(name):
     cls = REGISTRY[name]
     annotated = {n for c in cls.__mro__ for n in vars(c).get("__annotations__", {})}
     assert {p.name for p in cls.params} <= annotated
-    algo = cls()
+    algo = create(name, {})
     for p in cls.params:
         assert getattr(algo, p.name) == p.default
 
@@ -164,3 +164,11 @@ def test_resumed_run_equals_uninterrupted_run(resumed, name):
         assert set(r["declared"]) <= set(r["fields"])
         assert r["resumed"]["model"] == r["straight"]["model"], f"rank {rank}: parameters differ"
         assert r["resumed"]["metrics"] == r["straight"]["metrics"]
+
+
+def test_an_algorithm_takes_its_parameters_resolved_once() -> None:
+    """`Config.validate` (a run) or `create` (a name and some parameters) resolves them; the class
+    takes every value as resolved and refuses a partial set, so nothing resolves them twice."""
+    assert create("ssd_sgd", {"period": 8}).period == 8
+    with pytest.raises(TypeError, match="create"):
+        REGISTRY["ssd_sgd"](period=8)                       # its other parameters not resolved

@@ -1,4 +1,4 @@
-"""distsgd.analysis: first time a run reaches a target; gradient diversity ζ²; log ratios."""
+"""distsgd.verdicts.analysis: first time a run reaches a target; gradient diversity ζ²; log ratios."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import torch
 
-from distsgd.analysis import first_reaching, gradient_diversity, log2_ratio
+from distsgd.verdicts.analysis import first_reaching, gradient_diversity, log2_ratio
 from distsgd.data.base import TensorSource
 
 
@@ -40,7 +40,7 @@ def test_gradient_diversity_is_zero_for_identical_shards_and_grows_with_disagree
 # ------------------------------------------------------------------ the timing benchmarks' helpers
 
 def _claims_with(ids: list[str]):
-    from distsgd.claims import Claims, Test
+    from distsgd.verdicts.claims import Claims, Test
 
     claims = Claims("test_analysis")
     for cid in ids:
@@ -50,7 +50,7 @@ def _claims_with(ids: list[str]):
 
 
 def test_decide_median_ratio_writes_the_rounds_and_drops_missing_ones() -> None:
-    from distsgd.analysis import decide_median_ratio, per_round
+    from distsgd.verdicts.analysis import decide_median_ratio, per_round
 
     assert per_round([0.934, 1.0]) == "[0.93, 1.00]"
     claims = _claims_with(["up", "down", "none"])
@@ -65,7 +65,7 @@ def test_decide_median_ratio_writes_the_rounds_and_drops_missing_ones() -> None:
 
 
 def test_machine_precheck_times_compute_only_steps_and_the_headroom(monkeypatch, tmp_path) -> None:
-    from distsgd import analysis
+    from distsgd.verdicts import analysis
 
     seen = {}
 
@@ -84,7 +84,7 @@ def test_machine_precheck_times_compute_only_steps_and_the_headroom(monkeypatch,
 
 
 def test_simulator_predictions_fit_the_real_network_only_where_it_was_run(monkeypatch, tmp_path) -> None:
-    from distsgd import analysis
+    from distsgd.verdicts import analysis
 
     calls = []
     monkeypatch.setattr(analysis.tv, "layer_profile", lambda m, b, shape, device: (m, b, device))

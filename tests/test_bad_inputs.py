@@ -4,7 +4,7 @@ through the command line, `distsgd.run`, and a reproduction profile.
 The config cases are command lines; each is fed to `cli.main` (exit status 2, the field named
 on stderr, no run directory) and, as the Config they parse to, to `distsgd.run` (ConfigError
 naming the field). A worker starting fails the test (`_no_workers`). The cases marked
-``# worker`` were caught only inside the workers before the pre-flight (`distsgd.preflight`)
+``# worker`` were caught only inside the workers before the pre-flight (`distsgd.training.preflight`)
 or, for non-finite numbers and unknown data options, not at all.
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import distsgd
-from distsgd import ConfigError, cli, run_commands
+from distsgd import ConfigError, cli
+from distsgd.training import commands as run_commands
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK = ["--nproc", "2", "--steps", "2", "--no-progress"]
@@ -129,7 +130,7 @@ def data_dirs(tmp_path, monkeypatch) -> dict[str, str]:
 def _no_workers(monkeypatch):
     def launch(*args, **kwargs):
         raise AssertionError("a worker was started")
-    monkeypatch.setattr(distsgd.runner, "launch", launch)
+    monkeypatch.setattr(distsgd.training.runner, "launch", launch)
 
 
 def _argv(argv: list[str], dirs: dict[str, str], out: Path) -> list[str]:
@@ -241,7 +242,7 @@ def test_bad_bench_arguments_fail_before_any_rank(name, argv, field, tmp_path, m
     """`python -m distsgd bench` refuses a bad argument with exit status 2 and one line naming the
     field, before any rank starts (an `on_ranks` call fails the test). Without a GPU,
     `--backend nccl` is such a bad argument."""
-    from distsgd import bench_schedules
+    from distsgd.systems import benchmark as bench_schedules
 
     if name == "bench-nccl-without-gpu" and __import__("torch").cuda.is_available():
         pytest.skip("this host has a GPU: nccl is allowed")

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
-from distsgd import projection as pj
-from distsgd.bench_schedules import (emulation_headroom, grad_bytes, grad_tensor_bytes, hook_overlap, medians,
+from distsgd.verdicts import projection as pj
+from distsgd.systems.benchmark import (emulation_headroom, grad_bytes, grad_tensor_bytes, hook_overlap, medians,
                                      real_collective_times, scaled_net, timing_noise)
 from distsgd.comm import parse_net
 from distsgd.errors import ConfigError
@@ -192,7 +192,7 @@ def test_gpu_checks_baseline_step_times_ssgd_and_ddp_in_pairs(tmp_path):
 def test_timing_problem_names_the_first_check_that_fails():
     """The precheck of 06's and 07's timing claims (`bench_schedules.timing_problem`): the clock's
     noise first, then a network that cannot be emulated, then the decoupled collectives' cost."""
-    from distsgd.bench_schedules import timing_problem
+    from distsgd.systems.benchmark import timing_problem
     ok = pd.DataFrame([dict(model="mlp", net_name="10GbE-like", real_s=0.001, modeled_s=0.01, emulable=True)])
     bad = ok.assign(model="resnet18", real_s=0.008, emulable=False)
     assert timing_problem(0.01, 0.05, ok) is None

@@ -1,4 +1,4 @@
-"""Resource caps (distsgd.caps): a config is validated as asked, then capped; per-rank lists follow
+"""Resource caps (distsgd.training.caps): a config is validated as asked, then capped; per-rank lists follow
 the capped world; the environment is read only by `Caps.from_env`, and `run` takes caps as an
 argument."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import distsgd
-from distsgd.bench_schedules import INPUT_SHAPES, NUM_CLASSES, bench_model, grad_tensor_bytes, input_shape
-from distsgd.caps import CAP_ENV, Caps
-from distsgd.config import Config
+from distsgd.systems.benchmark import INPUT_SHAPES, NUM_CLASSES, bench_model, grad_tensor_bytes, input_shape
+from distsgd.training.caps import CAP_ENV, Caps
+from distsgd.training.config import Config
 from distsgd.errors import ConfigError
 
 

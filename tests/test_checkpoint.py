@@ -1,4 +1,4 @@
-"""Checkpoint and resume of a whole run (`distsgd.checkpoint`): a 2-rank run that fails at step 9,
+"""Checkpoint and resume of a whole run (`distsgd.training.checkpoint`): a 2-rank run that fails at step 9,
 run again, resumes from its checkpoint of step 8 and ends with the parameters of an uninterrupted
 run, bit for bit, and with its metrics (but the wall-clock columns), for every algorithm; and for
 a model that draws from torch's global generator as it trains (DropIT's random selection)."""
@@ -10,8 +10,8 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
-from distsgd.liveness import run_state
-from distsgd.worker import FAULT_ENV
+from distsgd.training.liveness import run_state
+from distsgd.training.worker import FAULT_ENV
 from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 
 RUN = dict(model="mlp", data="digits", nproc=2, steps=12, batch_size=16, lr=0.05,

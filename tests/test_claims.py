@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from distsgd.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
+from distsgd.verdicts.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
                             registration_folder, interval_or_nan, ledger_mismatches, load_ledger,
                             median_interval, paired_accuracy_interval, paired_accuracy_resolution,
                             paired_interval, welch_interval)

@@ -7,9 +7,13 @@ import typing
 
 import pytest
 
-from distsgd import cli, run_commands, systems_commands
+from distsgd import cli
+
+from distsgd.training import commands as run_commands
+
+from distsgd.systems import commands as systems_commands
 from distsgd.algorithms import REGISTRY
-from distsgd.config import Config
+from distsgd.training.config import Config
 from distsgd.errors import ConfigError
 
 
@@ -137,7 +141,7 @@ def test_ranks_past_their_deadline_are_one_line_and_exit_1(monkeypatch, capsys) 
 
 # ---------------------------------------------------------------- profile
 def test_profile_measures_and_projects_to_csv(tmp_path, capsys) -> None:
-    from distsgd.layer_profile import Profile
+    from distsgd.systems.layer_profile import Profile
 
     out = tmp_path / "mlp.csv"
     assert cli.main(["profile", "--model", "mlp", "--model-opt", "hidden=[16]", "--input-shape", "3x8x8",
@@ -166,7 +170,7 @@ def test_profile_bad_values_are_one_line_and_exit_code_2(tmp_path, capsys, argv,
     assert not (tmp_path / "p.csv").exists()
 # ---------------------------------------------------------------------- simulate
 def _profile_csv(tmp_path):
-    from distsgd.layer_profile import Layer, Profile
+    from distsgd.systems.layer_profile import Layer, Profile
 
     layers = [Layer(f"layer{i}", 1e-3, 2e-3, 1e-4, [f"layer{i}.weight"], [4 * n], [n])
               for i, n in enumerate([300_000, 2_000_000, 50_000])]
@@ -211,7 +215,7 @@ def test_simulate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, field
 
 
 def test_simulate_finds_the_committed_profile_by_model(tmp_path, capsys) -> None:
-    from distsgd.timeline.sweep import find_profile
+    from distsgd.systems.timeline.sweep import find_profile
 
     (tmp_path / "reproduce" / "layer_profiles" / "cpu").mkdir(parents=True)
     path = _profile_csv(tmp_path / "reproduce" / "layer_profiles" / "cpu")

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from distsgd import cluster, runner, worker
+from distsgd.training import cluster, runner, worker
 from distsgd.comm import comm as comm_module
-from distsgd.config import Config
+from distsgd.training.config import Config
 from distsgd.data import load_data
 from distsgd.data.standins import write_standins
 

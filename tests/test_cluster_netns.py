@@ -5,7 +5,7 @@
    -m distsgd train --launcher env ...`` (the multi-node recipe of docs/clusters.md) with GLOO_SOCKET_IFNAME
    set to its veth and a shared --out (the cluster's shared file system). The merged metrics must
    equal those of the same config run on one host (spawn, nproc 2).
-2. `distsgd.bench.validate_emulation`: collectives over 4 namespaces shaped with tc tbf vs
+2. `distsgd.systems.emulation_check.validate_emulation`: collectives over 4 namespaces shaped with tc tbf vs
    Comm's emulation at the same bandwidth (``python -m distsgd bench --validate-emulation``).
 
 Skips with the reason when not root, without iproute2 or when namespaces cannot be created.
@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsgd.bench import MiB, NamespaceNetwork, NetnsUnavailable, netns_unavailable_reason
-from distsgd.bench import validate_emulation
+from distsgd.systems.emulation_check import MiB, NamespaceNetwork, NetnsUnavailable, netns_unavailable_reason
+from distsgd.systems.emulation_check import validate_emulation
 
 REASON = netns_unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")

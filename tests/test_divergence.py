@@ -17,8 +17,8 @@ import torch
 import distsgd
 from distsgd import DivergedError, WorkerError
 from distsgd.files import write_json_atomic
-from distsgd.liveness import run_state
-from distsgd.provenance import finished_code_version
+from distsgd.training.liveness import run_state
+from distsgd.training.provenance import finished_code_version
 from gloo import run_ranks
 
 DIVERGING = dict(algo="ssgd", model="mlp", data="digits", nproc=2, steps=300, batch_size=16, lr=1e4,
@@ -88,7 +88,7 @@ def test_cli_diverged_run_exits_nonzero_without_traceback(tmp_path) -> None:
 def _check_on_ranks(rank: int, world: int) -> tuple[object, bool]:
     """Rank 1's second parameter turns NaN before the second check: both ranks find it there."""
     from distsgd.comm import Comm
-    from distsgd.divergence import DivergenceCheck
+    from distsgd.training.divergence import DivergenceCheck
 
     comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
     model = torch.nn.Linear(3, 2)

@@ -1,4 +1,4 @@
-"""DropIT (lib/distsgd/memory): exact forward, exact input gradient, weight gradient from the
+"""DropIT (lib/distsgd/dropit): exact forward, exact input gradient, weight gradient from the
 zero-filled input, the kept-entry count (the authors' truncation), the stem and head left exact
 (as the authors train), activation memory, eval mode, state_dict, and a distributed run with
 DropIT on."""
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import distsgd
-from distsgd.memory import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
+from distsgd.dropit import (DropITConv2d, DropITLinear, dropit, dropit_layers, kept_count,
                             measure_activation_memory, stem_and_head)
 from distsgd.models import build_model
 from distsgd.files import load_tensors

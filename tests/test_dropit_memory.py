@@ -1,4 +1,4 @@
-"""DropIT's memory (lib/distsgd/memory): the mixed-precision path of its layers, the saved bytes
+"""DropIT's memory (lib/distsgd/dropit): the mixed-precision path of its layers, the saved bytes
 counted in the dtype autograd keeps, the count on fake tensors against a real run, and the table of
 the paper's setting with its script, on CPU (the CUDA path of the same code runs in
 reproduce/gpu_check.py)."""
@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distsgd.memory import SavedTensorMeter, dropit, kept_count
-from distsgd.memory.measure import autocast
-from distsgd.dropit_paper_scale import dropit_memory_table, summary
+from distsgd.dropit import SavedTensorMeter, dropit, kept_count
+from distsgd.dropit.measure import autocast
+from distsgd.experiments.dropit_paper_scale import dropit_memory_table, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 HALF = (torch.bfloat16, torch.float16)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims, Test
+from distsgd.verdicts.claims import Claims, Test
 from distsgd.experiments import baselines
 
 

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from distsgd import Config
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.comm import parse_net
 from distsgd.experiments import cocod_sgd as exp
-from distsgd.results import Result
+from distsgd.training.results import Result
 
 NAMES = exp.method_names(4)
 

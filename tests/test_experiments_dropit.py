@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.data import load_data
-from distsgd.dropit_paper_scale import summary
+from distsgd.experiments.dropit_paper_scale import summary
 from distsgd.experiments import dropit as exp
 from distsgd.models import build_model
 from distsgd.paths import repo_root

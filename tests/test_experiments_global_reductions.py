@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import global_reductions as gr
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import liec_sgd as ls
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

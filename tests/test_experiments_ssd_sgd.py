@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import ssd_sgd as ssd_exp
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

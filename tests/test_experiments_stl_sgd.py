@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import stl_sgd as st
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import survey_systems as survey
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

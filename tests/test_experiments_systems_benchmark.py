@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims, Test
+from distsgd.verdicts.claims import Claims, Test
 from distsgd.experiments import systems_benchmark as sysb
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims
+from distsgd.verdicts.claims import Claims
 from distsgd.experiments import vrl_sgd as vs
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"

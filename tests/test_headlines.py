@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsgd.claims import Claims, Test
-from distsgd.headlines import NOT_TESTED, Headline, headline_table, load_headlines
+from distsgd.verdicts.claims import Claims, Test
+from distsgd.verdicts.headlines import NOT_TESTED, Headline, headline_table, load_headlines
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER_NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("0[1-9]_*.ipynb"))

@@ -1,4 +1,4 @@
-"""The one local launcher (`distsgd.launch.start_ranks` + `supervise`) as `on_ranks` uses it:
+"""The one local launcher (`distsgd.training.launch.start_ranks` + `supervise`) as `on_ranks` uses it:
 results in rank order, the environment of a run's rank, fail fast naming the rank and its cause,
 and no hang."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from distsgd import WorkerError
-from distsgd.launch import on_ranks
+from distsgd.training.launch import on_ranks
 
 pytestmark = pytest.mark.multiproc
 

@@ -1,4 +1,4 @@
-"""Tests of distsgd.layer_profile: the CSV round trip, totals, scaling, measurement, FLOP scaling."""
+"""Tests of distsgd.systems.layer_profile: the CSV round trip, totals, scaling, measurement, FLOP scaling."""
 from __future__ import annotations
 
 import pandas as pd
@@ -9,9 +9,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from distsgd.errors import ConfigError
-from distsgd.layer_profile import COLUMNS, Layer, Profile
+from distsgd.systems.layer_profile import COLUMNS, Layer, Profile
 from distsgd.models import build_model
-from distsgd.profiling import (CALIBRATIONS, DEVICES, WallClock, count_flops, hooked_iteration, measure,
+from distsgd.systems.profiler import (CALIBRATIONS, DEVICES, WallClock, count_flops, hooked_iteration, measure,
                                project)
 
 

@@ -1,8 +1,8 @@
 """The library's import graph (issue 32: a layout that is the data flow): no import circle between
-its top-level modules and packages.
+its top-level modules and packages, and every import goes down the data flow (`STAGES`).
 
 Every relative import counts: a late one inside a function, and one under ``if TYPE_CHECKING:`` (a
-reader follows it all the same). A package (`distsgd.algorithms`, `distsgd.timeline`, ...) is one
+reader follows it all the same). A package (`distsgd.algorithms`, `distsgd.systems.timeline`, ...) is one
 node: a circle inside a package is its own business."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ LIB = Path(__file__).resolve().parent.parent / "lib" / "distsgd"
 
 def import_edges(lib: Path = LIB) -> set[tuple[str, str]]:
     """(importer, imported) for every relative import between two of the library's top-level
-    modules or packages (distsgd.timeline.simulate counts as timeline); the package's own
+    modules or packages (distsgd.systems.timeline.simulate counts as timeline); the package's own
     __init__ (its public re-exports) left out."""
     edges = set()
     for path in lib.rglob("*.py"):
@@ -45,6 +45,31 @@ def circles(edges: set[tuple[str, str]]) -> list[set[str]]:
     _, label = connected_components(graph, directed=True, connection="strong")
     groups = [{n for n in nodes if label[index[n]] == k} for k in set(label)]
     return [g for g in groups if len(g) > 1]
+
+
+# the data flow, first to last: what a run is made of, the collectives, the algorithms, a run, the
+# systems side that drives the algorithms (simulator, benchmarks), the verdicts on runs and
+# projections, each notebook's experiments, the command line. A module imports only from stages
+# before its own (lib/distsgd/README.md draws it).
+STAGES = ["errors", "paths", "files", "lr_schedule", "comm", "data", "dropit", "models", "compress",
+          "algorithms", "training", "systems", "verdicts", "experiments", "cli", "__main__"]
+
+
+def climbs(edges: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The imports that go up the data flow (or name a module `STAGES` lacks)."""
+    order = {name: i for i, name in enumerate(STAGES)}
+    return sorted((a, b) for a, b in edges if order.get(a, -1) <= order.get(b, len(STAGES)))
+
+
+def test_every_import_goes_down_the_data_flow() -> None:
+    top = {p.stem for p in LIB.iterdir() if p.suffix == ".py" and p.stem != "__init__"} | \
+        {p.name for p in LIB.iterdir() if (p / "__init__.py").is_file()}
+    assert top == set(STAGES), f"top-level modules and packages not in STAGES: {sorted(top ^ set(STAGES))}"
+    assert not climbs(import_edges()), f"imports that climb back up the data flow: {climbs(import_edges())}"
+
+
+def test_a_climbing_import_is_seen() -> None:
+    assert climbs({("training", "systems"), ("systems", "training")}) == [("training", "systems")]
 
 
 def test_no_import_circle() -> None:

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 import distsgd
-from distsgd.config import Config
-from distsgd.provenance import code_version
-from distsgd.runner import prepare_run_dir
+from distsgd.training.config import Config
+from distsgd.training.provenance import code_version
+from distsgd.training.runner import prepare_run_dir
 
 SMALL = dict(model="mlp", data="digits", nproc=2, steps=20, batch_size=8, lr=0.1, log_every=5,
              eval_every=10, eval_samples=64, progress=False)
@@ -132,7 +132,7 @@ def test_missing_or_empty_directory_is_a_clear_error(tmp_path, make, says) -> No
 def test_step_seconds_are_each_logged_intervals_time_per_step_after_a_warmup():
     """`Result.step_seconds` (notebooks 01 and 08 pair runs interval by interval with it) and the
     median that `steady_step_time` takes of it; no run needed."""
-    from distsgd.results import Result
+    from distsgd.training.results import Result
     metrics = pd.DataFrame({"step": [5, 10, 20, 30], "wall_s": [1.0, 2.0, 2.5, 4.5]})
     r = Result(Path("."), Config(), {"step_time_s": 9.0}, metrics)
     assert list(r.step_seconds().index) == [10, 20, 30]

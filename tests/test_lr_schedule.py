@@ -1,4 +1,4 @@
-"""The learning-rate schedules of `distsgd.schedule` other than STL-SGD's stagewise one
+"""The learning-rate schedules of `distsgd.lr_schedule` other than STL-SGD's stagewise one
 (test_stl_sgd): the step schedule and the multistep schedule with given milestones (LIEC-SGD's
 authors: x0.1 at epoch 80 of 120), their stages, the milestones' validation and command line."""
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from distsgd.cli import build_parser
-from distsgd.run_commands import config_from_args
-from distsgd.config import Config
+from distsgd.training.commands import config_from_args
+from distsgd.training.config import Config
 from distsgd.errors import ConfigError
-from distsgd.schedule import lr_at, milestones_of, stage_at
+from distsgd.lr_schedule import lr_at, milestones_of, stage_at
 
 
 def test_multistep_decays_by_a_tenth_at_each_milestone():

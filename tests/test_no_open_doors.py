@@ -13,7 +13,7 @@ import torch
 import distsgd
 from distsgd import WorkerError
 from distsgd.files import load_tensors
-from distsgd.worker import FAULT_ENV
+from distsgd.training.worker import FAULT_ENV
 
 LOOPBACK = {"127.0.0.1", "::1"}
 

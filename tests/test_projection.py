@@ -1,4 +1,4 @@
-"""distsgd.projection: a projected ratio is decided within the simulator's error measured on the
+"""distsgd.verdicts.projection: a projected ratio is decided within the simulator's error measured on the
 survey's cluster (or is inconclusive where no measurement covers it); tables from the simulator."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from distsgd import projection as pj
-from distsgd.timeline import error_band as eb
-from distsgd.claims import Claims, Test
-from distsgd.layer_profile import Layer, Profile
+from distsgd.verdicts import projection as pj
+from distsgd.systems.timeline import error_band as eb
+from distsgd.verdicts.claims import Claims, Test
+from distsgd.systems.layer_profile import Layer, Profile
 
 
 def tiny_profile() -> Profile:
@@ -24,7 +24,7 @@ def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_schedule_a
     import pandas as pd
 
     from distsgd.paths import repo_root
-    from distsgd.timeline.survey import ERROR_CSV
+    from distsgd.systems.timeline.survey import ERROR_CSV
 
     table = pd.read_csv(repo_root(Path(pj.__file__).parent) / ERROR_CSV)
     for algo, methods, net, connection in [("wfbp", ["WFBP-A2A"], "10GbE", "10GbE with TCP/IP"),
@@ -84,7 +84,7 @@ def test_project_rows_and_label():
 def test_trace_is_one_steady_iteration(tmp_path):
     import json
 
-    from distsgd.timeline import Topology, simulate
+    from distsgd.systems.timeline import Topology, simulate
     from distsgd.comm.netmodel import parse_net
 
     prof = tiny_profile()

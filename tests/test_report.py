@@ -1,12 +1,12 @@
-"""REPORT.md / REPORT.html and the README's generated verdict table (distsgd.report)."""
+"""REPORT.md / REPORT.html and the README's generated verdict table (distsgd.verdicts.report)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from distsgd import report
-from distsgd.claims import Claims, Test
+from distsgd.verdicts import report
+from distsgd.verdicts.claims import Claims, Test
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -81,7 +81,7 @@ def test_the_ledger_why_is_generated_from_the_committed_claims(repo_figures) -> 
 
     import pandas as pd
 
-    from distsgd.claims import ledger_path
+    from distsgd.verdicts.claims import ledger_path
 
     repo = repo_figures.parent
     def committed(path: str) -> str:

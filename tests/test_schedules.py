@@ -33,11 +33,11 @@ CASES = [
 def _train(rank, world, cases, net):
     """Every case from the same initial model and batches, through distsgd's loop order."""
     from distsgd.algorithms import create
-    from distsgd.bench_schedules import synthetic_batches
+    from distsgd.systems.benchmark import synthetic_batches
     from distsgd.comm import Comm, parse_net
-    from distsgd.config import Config
+    from distsgd.training.config import Config
     from distsgd.models import build_model
-    from distsgd.step import train_steps
+    from distsgd.training.step import train_steps
 
     Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
     out = []
@@ -214,7 +214,7 @@ def _freed_after_case(rank, world):
     import weakref
 
     import distsgd.models as models
-    from distsgd import bench_schedules as bs
+    from distsgd.systems import benchmark as bs
     from distsgd.comm import Comm
 
     Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
@@ -251,8 +251,8 @@ def test_a_timed_case_frees_its_model():
 def test_benchmark_feeds_bert_token_ids_at_a_capped_sequence_length():
     """BERT-Base in the schedule benchmark: random token ids below the vocabulary, sequence length
     128 unless `Caps.seq_len` bounds it (the dry run's), the whole 110 M parameters either way."""
-    from distsgd import bench_schedules as bs
-    from distsgd.caps import Caps
+    from distsgd.systems import benchmark as bs
+    from distsgd.training.caps import Caps
 
     assert bs.input_shape("bert_base", Caps()) == (128,)
     assert bs.input_shape("bert_base", Caps(seq_len=8)) == (8,)
@@ -271,7 +271,7 @@ def test_benchmark_feeds_bert_token_ids_at_a_capped_sequence_length():
 def test_a_case_model_is_the_model_seed_0_draws_and_leaves_the_generator_as_drawing_does(model, shape, depth):
     """Every case of a benchmark starts from the weights `torch.manual_seed(0)` then `bench_model`
     gives; `fresh_bench_model` copies them instead of drawing again, twice in a row the same."""
-    from distsgd import bench_schedules as bs
+    from distsgd.systems import benchmark as bs
 
     shape = shape or bs.INPUT_SHAPES[model]
     torch.manual_seed(0)

@@ -44,7 +44,7 @@ def _ssd_worker(rank: int, world: int) -> list[dict]:
     """SSD-SGD through its hooks on this rank, once per variant; trajectory, ledger, handles."""
     from distsgd.algorithms import create
     from distsgd.comm import Comm
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     comm = Comm.from_env("gloo", torch.device("cpu"), None, timeout_s=60)
     config = Config(algo="ssd_sgd", nproc=world, lr=LR, momentum=MOMENTUM, weight_decay=WD)
@@ -221,7 +221,7 @@ def test_local_rule_allocates_no_model_sized_buffer(rule):
 
     from distsgd.algorithms import create
     from distsgd.comm import Comm
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 10))

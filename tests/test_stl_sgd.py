@@ -1,4 +1,4 @@
-"""The stagewise learning-rate schedule (`distsgd.schedule`: the rate halves, the stage length
+"""The stagewise learning-rate schedule (`distsgd.lr_schedule`: the rate halves, the stage length
 doubles) that STL-SGD and its baselines share, and STL-SGD's period on it: doubled (IID) or grown
 by sqrt(2) (non-IID) every stage, one average at least every period and at every stage end."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 import distsgd
 from distsgd.algorithms.stl_sgd import period_for
-from distsgd.config import Config
-from distsgd.schedule import lr_at, stage_at, stage_end
+from distsgd.training.config import Config
+from distsgd.lr_schedule import lr_at, stage_at, stage_end
 
 T0, K0, STAGES, LR = 8, 2, 3, 0.4
 RUN = dict(model="logistic", nproc=2, steps=stage_end(STAGES - 1, T0), batch_size=8, lr=LR,

@@ -29,9 +29,9 @@ import torch
 
 import distsgd
 from distsgd import WorkerError
-from distsgd.liveness import run_state
-from distsgd.metrics_log import read_metrics
-from distsgd.worker import FAULT_ENV
+from distsgd.training.liveness import run_state
+from distsgd.training.metrics_log import read_metrics
+from distsgd.training.worker import FAULT_ENV
 from test_algorithm_state import CASES, PLAIN_SGD, SCHEDULE
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The timeline simulator (`distsgd.timeline`) against closed forms of the alpha-beta model that
+"""The timeline simulator (`distsgd.systems.timeline`) against closed forms of the alpha-beta model that
 `Comm` emulates: the step of each schedule where the overlap is known, p = 1, a free network,
 monotonicity in bandwidth, the local-update algorithms' communication per step, the two-level
 topology, the Chrome trace, and bad input."""
@@ -15,8 +15,8 @@ from distsgd.algorithms.dear import fusion_counts
 from distsgd.algorithms.tuner import GridTuner
 from distsgd.comm.netmodel import NetModel, parse_net
 from distsgd.errors import ConfigError
-from distsgd.layer_profile import Layer, Profile
-from distsgd.timeline import ALGORITHMS, Topology, simulate
+from distsgd.systems.layer_profile import Layer, Profile
+from distsgd.systems.timeline import ALGORITHMS, Topology, simulate
 
 NET = NetModel(bandwidth_Bps=1.25e9, latency_s=20e-6)          # 10GbE
 FREE = NetModel(bandwidth_Bps=math.inf, latency_s=0.0)

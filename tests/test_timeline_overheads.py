@@ -1,4 +1,4 @@
-"""The per-call overheads knob of the simulator (`distsgd.timeline.overheads`): closed forms with
+"""The per-call overheads knob of the simulator (`distsgd.systems.timeline.overheads`): closed forms with
 the knob on, the knob off giving exactly the plain predictions, and the measurement's sanity."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from distsgd.algorithms.buckets import group_counts
 from distsgd.comm.netmodel import NetModel
-from distsgd.timeline import ALGORITHMS, simulate
-from distsgd.timeline.overheads import NONE, Overheads, out_bytes
+from distsgd.systems.timeline import ALGORITHMS, simulate
+from distsgd.systems.timeline.overheads import NONE, Overheads, out_bytes
 
 from test_timeline import FREE as FREE_NET
 from test_timeline import MB, NET, TOY, ar, profile
@@ -84,8 +84,8 @@ def _rank_with_transfer(cores: int, p: int) -> tuple["Rank", float]:
     """A rank of p whose real transfers copy for 10 ms per all-reduce of 1 MB (plus 1 ms of
     latency: waiting, not work), on an emulated network where it is modeled slower (> 100 ms:
     headroom); those 10 ms."""
-    from distsgd.timeline.streams import Rank
-    from distsgd.timeline.topology import Topology
+    from distsgd.systems.timeline.streams import Rank
+    from distsgd.systems.timeline.topology import Topology
     real = NetModel(bandwidth_Bps=2 * (p - 1) / p * MB / 10e-3, latency_s=1e-3 / (2 * (p - 1)))
     ov = Overheads(transfer={p: real}, cores=cores)
     return Rank(Topology.flat(NetModel(bandwidth_Bps=1e7, latency_s=0.0)), p, ov), 10e-3
@@ -151,7 +151,7 @@ def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
     assert period * plain.step_s == pytest.approx(period * fb + period * u + u * period, rel=1e-12)
     assert period * (charged.step_s - plain.step_s) == pytest.approx(
         period * (server * c - u) + period * (rule * c - u), rel=1e-12)
-    from distsgd.timeline.validate import window_step
+    from distsgd.systems.timeline.validate import window_step
     warm = window_step(TOY, "ssd_sgd", 2, FREE_NET, {"period": period, "warmup": 20}, warmup=2, steps=8,
                        overheads=planted)
     assert warm == pytest.approx(fb + server * c, rel=1e-12)
@@ -163,7 +163,7 @@ def test_measured_overheads_are_of_the_right_magnitude() -> None:
     """Measured here on the MLP: a copy speed between 100 MB/s and 1 TB/s (a pass over memory, not
     a unit error), an issue cost under 10 ms, real transfers slower than 10 MB/s, SSD-SGD's rules
     a positive share of a step."""
-    from distsgd.timeline.overheads import measure
+    from distsgd.systems.timeline.overheads import measure
     ov = measure(nprocs=(2,))
     assert 1e8 < ov.copy_Bps < 1e12 and 0 < ov.issue_s < 1e-2
     assert set(ov.transfer) == {2} and ov.transfer[2].bandwidth_Bps > 1e7
@@ -210,8 +210,8 @@ def test_gpu_host_rules_on_one_rank() -> None:
     all of it (host share 2: 1 s of device work ends at 2 s); the next task starts no earlier than
     the host has begun issuing it; a collective starts once the host has issued it (1 s of issue
     cost, then its transfer); waiting for it is the device's: the host's clock does not move."""
-    from distsgd.timeline.streams import Rank
-    from distsgd.timeline.topology import Topology
+    from distsgd.systems.timeline.streams import Rank
+    from distsgd.systems.timeline.topology import Topology
 
     rank = Rank(Topology.flat(NET), 4, gpu_host(2.0, issue_s=1.0))
     rank.compute("a", 1.0)
@@ -229,7 +229,7 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     calls; host_share the host's forward + backward + update over the device's step."""
     import pandas as pd
 
-    from distsgd.timeline.overheads import gpu_overheads
+    from distsgd.systems.timeline.overheads import gpu_overheads
     calls = pd.DataFrame([dict(path="distsgd.Comm", calls=1, issue_s=9.0),
                           dict(path="distsgd.Comm", calls=8, issue_s=1.0),
                           dict(path="distsgd.Comm", calls=64, issue_s=2.0),
@@ -240,14 +240,14 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
 
 
 def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
-    """`measure_gpu_calls` and `profiling.host_and_device` (run on a GPU by reproduce/gpu_check.py)
+    """`measure_gpu_calls` and `profiler.host_and_device` (run on a GPU by reproduce/gpu_check.py)
     on the CPU, where host and device are one: every (path, size, count) row, positive times, the
     device's time per call at least the host's issue loop, the one-rank group left as found; the
     host's time for each phase of a step at most the whole step (medians of per-step pairs)."""
     import torch.distributed as dist
 
-    from distsgd.profiling import host_and_device
-    from distsgd.timeline.overheads import measure_gpu_calls
+    from distsgd.systems.profiler import host_and_device
+    from distsgd.systems.timeline.overheads import measure_gpu_calls
     calls = measure_gpu_calls(sizes=(4096, 65536), counts=(1, 8), reps=2, device="cpu")
     assert len(calls) == 2 * 2 * 2 and set(calls.path) == {"distsgd.Comm", "torch.distributed"}
     assert (calls.issue_s > 0).all() and (calls.call_s >= calls.issue_s).all()
@@ -266,7 +266,7 @@ def test_simulate_charges_the_committed_gpu_costs_on_a_gpu_profile() -> None:
     import pandas as pd
 
     from distsgd.paths import repo_root
-    from distsgd.timeline.overheads import GPU_CALLS, GPU_HOST, for_profile, gpu_overheads
+    from distsgd.systems.timeline.overheads import GPU_CALLS, GPU_HOST, for_profile, gpu_overheads
     root = repo_root(Path(__file__).parent)
     calls, host = pd.read_csv(root / GPU_CALLS), pd.read_csv(root / GPU_HOST)
     assert for_profile(TOY) is NONE

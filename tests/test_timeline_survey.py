@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from distsgd.comm.netmodel import NetModel
-from distsgd.layer_profile import Layer, Profile
-from distsgd.timeline import Topology, simulate
-from distsgd.timeline import survey
+from distsgd.systems.layer_profile import Layer, Profile
+from distsgd.systems.timeline import Topology, simulate
+from distsgd.systems.timeline import survey
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,14 +9,16 @@ import math
 
 import pytest
 
-from distsgd import cli, systems_commands
+from distsgd import cli
+
+from distsgd.systems import commands as systems_commands
 from distsgd.comm.netmodel import NetModel, byteps_local, byteps_remote, hierarchical_all_reduce, parse_net
 from distsgd.errors import ConfigError
-from distsgd.layer_profile import Layer, Profile
-from distsgd.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
-from distsgd.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
-from distsgd.timeline.streams import Rank
-from distsgd.timeline.topology import PER_NODE
+from distsgd.systems.layer_profile import Layer, Profile
+from distsgd.systems.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
+from distsgd.systems.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
+from distsgd.systems.timeline.streams import Rank
+from distsgd.systems.timeline.topology import PER_NODE
 
 from test_timeline import TOY
 

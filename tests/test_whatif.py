@@ -1,4 +1,4 @@
-"""What-if for your own cluster (`distsgd.whatif`, `python -m distsgd simulate`): your compute scales
+"""What-if for your own cluster (`distsgd.systems.whatif`, `python -m distsgd simulate`): your compute scales
 the profile, the papers' models are built from FLOPs when no profile matches, your network from a
 spec or an nccl-tests log, the CSV / plot / recommendation, and bad input as one line, exit 2."""
 from __future__ import annotations
@@ -7,11 +7,13 @@ import pandas as pd
 import pytest
 from test_netmodel import _all_reduce_perf_log, _model_times_us
 
-from distsgd import cli, whatif
+from distsgd import cli
+
+from distsgd.systems import whatif
 from distsgd.comm.netmodel import NetModel
 from distsgd.errors import ConfigError
-from distsgd.layer_profile import Layer, Profile
-from distsgd.timeline.sweep import sweep
+from distsgd.systems.layer_profile import Layer, Profile
+from distsgd.systems.timeline.sweep import sweep
 
 LAYERS = [Layer(f"layer{i}", f, b, u, [f"layer{i}.weight"], [4 * n], [n])
           for i, (f, b, u, n) in enumerate([(1e-3, 3e-3, 1e-4, 300_000), (4e-3, 5e-3, 2e-4, 2_000_000),
@@ -40,7 +42,7 @@ def test_your_time_scales_every_layer_by_one_factor(tmp_path) -> None:
 
 def test_a_paper_model_without_a_profile_is_built_from_its_flops(tmp_path) -> None:
     from distsgd.models import build_model
-    from distsgd.profiling import NUM_CLASSES
+    from distsgd.systems.profiler import NUM_CLASSES
 
     profile, source = whatif.choose_profile("bert_base", 2, "cpu", seq_len=8, compute_s=0.3, root=tmp_path)
     assert source.startswith("FLOP-built (bert_base b2 8") and profile.source == "flops-scaled"
@@ -131,9 +133,9 @@ def test_bad_input_is_one_line_naming_the_field_exit_2(tmp_path, capsys, argv, f
 
 
 def test_the_speed_sweep_runs_every_algorithm_on_the_committed_profiles() -> None:
-    from distsgd.timeline import ALGORITHMS
-    from distsgd.timeline.sweep import time_sweep
+    from distsgd.systems.timeline import ALGORITHMS
+    from distsgd.systems.timeline.sweep import time_sweep
 
     df, seconds = time_sweep(models={"resnet50": 64}, nprocs=[2, 1024], nets=["10GbE"])
     assert len(df) == len(ALGORITHMS) * 2 and set(df.algo) == set(ALGORITHMS) and seconds > 0
-    assert (df.step_s >= df.compute_s).all()
+    assert (df.step_s >= df.compute_s * (1 - 1e-12)).all()      # equal where communication is all hidden (ssd_sgd)

@@ -23,7 +23,7 @@ import torch
 import distsgd
 from distsgd.algorithms import REGISTRY
 from distsgd.data import load_data, partition
-from distsgd.launch import loopback_interface
+from distsgd.training.launch import loopback_interface
 from distsgd.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,12 +12,12 @@ or any algorithm in one's own torchrun script (`distsgd.wrap`):
     ...                                  # the script's own loop
     distsgd.finalize(model, optimizer)
 """
-from .caps import Caps
-from .config import Config
 from .errors import ConfigError, DivergedError, WorkerError
-from .results import Result, load_results
-from .runner import run
-from .wrap import finalize, wrap
+from .training.caps import Caps
+from .training.config import Config
+from .training.results import Result, load_results
+from .training.runner import run
+from .training.wrap import finalize, wrap
 
 __all__ = ["Caps", "Config", "ConfigError", "DivergedError", "WorkerError", "Result", "finalize", "load_results",
            "run", "wrap"]

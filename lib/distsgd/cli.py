@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import run_commands, systems_commands
+from .training import commands as run_commands
+from .systems import commands as systems_commands
 from .errors import ConfigError, WorkerError
 
 EXAMPLES = """examples:

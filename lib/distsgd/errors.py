@@ -32,7 +32,7 @@ class WorkerError(RuntimeError):
 
 class DivergedError(WorkerError):
     """Training diverged: a non-finite loss or parameter at `step` on `ranks` (the first of
-    them is `rank`), found by the divergence check of every log step (`distsgd.divergence`)."""
+    them is `rank`), found by the divergence check of every log step (`distsgd.training.divergence`)."""
 
     def __init__(self, step: int, ranks: list[int], quantity: str) -> None:
         self.step, self.ranks, self.quantity = step, ranks, quantity
@@ -46,7 +46,7 @@ class DivergedError(WorkerError):
 class Preempted(RuntimeError):
     """A rank asked to stop (SIGTERM or SIGUSR1, what SLURM sends before a preemption or the time
     limit) saved a checkpoint with every rank at `step` and stopped; the run resumes there when
-    started again (`distsgd.checkpoint`)."""
+    started again (`distsgd.training.checkpoint`)."""
 
     def __init__(self, step: int, checkpoint: str) -> None:
         self.step, self.checkpoint = step, checkpoint

@@ -1,6 +1,6 @@
 """The algorithm interface: a distributed training algorithm seen from one rank.
 
-The training step (`distsgd.step.train_step`, used by the loop, the benchmarks and the tests)
+The training step (`distsgd.training.step.train_step`, used by the loop, the benchmarks and the tests)
 calls, every step:
 
     algo.before_forward(step)     # e.g. apply a delayed update
@@ -61,7 +61,7 @@ class RunFacts:
     optimizer: str = "sgd"              # "sgd" or "adam": what the loop's optimizer is
     momentum: float = 0.0               # its momentum
     seed: int = 0                       # the run's seed (compression's random streams)
-    schedule: str = "constant"          # the learning-rate schedule's name (`distsgd.schedule`)
+    schedule: str = "constant"          # the learning-rate schedule's name (`distsgd.lr_schedule`)
     warm_start_epochs: int = 0          # the VRL-SGD authors' epoch schedule (`algorithms.epochs`)
     epoch_average: bool = False
 
@@ -99,7 +99,7 @@ class Algorithm:
     params: ClassVar[tuple[Param, ...]] = ()
     state_fields: ClassVar[tuple[str, ...]] = ()     # this class's runtime state (see the module doc)
     # the learning-rate schedule of a config that names none (Config.schedule ''; Config.validate
-    # gives a stagewise one stage_steps = `schedule.default_stage_steps` where stage_steps is 0)
+    # gives a stagewise one stage_steps = `lr_schedule.default_stage_steps` where stage_steps is 0)
     default_schedule: ClassVar[str] = "constant"
 
     model: torch.nn.Module                 # the model of this rank
@@ -110,7 +110,13 @@ class Algorithm:
     epoch_steps: int                       # the run's steps per epoch (0: not known)
 
     def __init__(self, **params: Any) -> None:
-        for name, value in self.resolve_params(params).items():
+        """`params`: every parameter's value, resolved once before (`resolve_params`: by
+        `Config.validate` for a run, by `create` for a name and some parameters)."""
+        names = {p.name for p in self.params}
+        if set(params) != names:
+            raise TypeError(f"{type(self).__name__} takes its resolved parameters {sorted(names)}, got "
+                            f"{sorted(params)} (create(name, params) fills in the defaults)")
+        for name, value in params.items():
             setattr(self, name, value)
         self._handles: list[RemovableHandle] = []   # hooks on the model, removed by close()
 
@@ -145,7 +151,7 @@ class Algorithm:
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm: "Comm",
               facts: RunFacts, epoch_steps: int = 0) -> torch.nn.Module:
         """Store the pieces, build(); return the module the loop runs forward on (self.net).
-        `epoch_steps`: the run's steps per epoch (`distsgd.train.steps_per_epoch`; 0: unknown),
+        `epoch_steps`: the run's steps per epoch (`distsgd.training.loop.steps_per_epoch`; 0: unknown),
         which the epoch schedule of `facts` (warm_start_epochs, epoch_average) counts in."""
         self.model, self.optimizer, self.comm, self.facts = model, optimizer, comm, facts
         self.epoch_steps = epoch_steps
@@ -157,7 +163,7 @@ class Algorithm:
         """Create the runtime state, buffers and hooks (model, optimizer, comm, facts are set)."""
 
     def learning_rate(self, step: int, scheduled: float) -> float:
-        """The learning rate of `step`; `scheduled` is the config's schedule (`distsgd.schedule`),
+        """The learning rate of `step`; `scheduled` is the config's schedule (`distsgd.lr_schedule`),
         the same for every algorithm. An algorithm that acts per stage of it (STL-SGD's period)
         overrides this, before the step is taken."""
         return scheduled
@@ -165,7 +171,7 @@ class Algorithm:
     @classmethod
     def batch_sizes(cls, params: dict[str, Any], facts: RunFacts) -> list[int]:
         """Every rank's mini-batch size under `params` (also checked against the ranks' shares of
-        the data before any process starts, `distsgd.preflight`). Default: facts.batch_size on
+        the data before any process starts, `distsgd.training.preflight`). Default: facts.batch_size on
         every rank; an algorithm with per-rank batch sizes (CoCoD-SGD's proportional sampling
         for heterogeneous workers) overrides it."""
         return [facts.batch_size] * facts.nproc

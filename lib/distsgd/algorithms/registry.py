@@ -35,4 +35,6 @@ def preset(name: str, base: type[Algorithm], summary: str, **fixed: Any) -> type
 
 
 def create(name: str, params: dict) -> Algorithm:
-    return REGISTRY[name](**params)
+    """Algorithm `name` with `params` resolved (defaults filled in, every value checked)."""
+    cls = REGISTRY[name]
+    return cls(**cls.resolve_params(params))

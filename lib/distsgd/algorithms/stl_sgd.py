@@ -14,14 +14,14 @@ O(N log T) (IID) and O(N^1/2 T^1/2) (non-IID) communications; the constants abov
 reconstruction of the paper's Algorithm 1 ([recollection] in SPECS.md section d).
 
 Only the period is this module's: gamma_s and T_s are the run's ``schedule="stagewise"`` with
-``stage_steps`` = T_0 (`distsgd.schedule`), which the baselines (S-SGD, local SGD with a fixed
+``stage_steps`` = T_0 (`distsgd.lr_schedule`), which the baselines (S-SGD, local SGD with a fixed
 period) run too, so that a comparison differs in the period alone (SPECS d, "Fair comparison").
 A config that names no schedule gets the stagewise one (`default_schedule`), with T_0 from the run
-length unless ``stage_steps`` is given: `schedule.default_stage_steps`, three full stages
+length unless ``stage_steps`` is given: `lr_schedule.default_stage_steps`, three full stages
 (T_0 + 2 T_0 + 4 T_0 <= the steps after warm-up; 300 steps: T_0 = 42).
 Under ``schedule="step"`` (x0.1 decays; the variant for deep nets, [proposed] in SPECS) a stage
 ends at each decay and the period scales with the inverse decay: k_s = k_0 * 10^s (IID) or
-k_0 * 10^(s/2) (non-IID). Generally k_s = k_0 * r^s or k_0 * r^(s/2), r = 1 / `schedule.DECAY`.
+k_0 * 10^(s/2) (non-IID). Generally k_s = k_0 * r^s or k_0 * r^(s/2), r = 1 / `lr_schedule.DECAY`.
 
 Each stage ends with an average, so the next stage starts from the same model on every rank.
 The current period and stage are logged as metrics.
@@ -38,7 +38,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
-from ..schedule import EXTERNAL, STAGED
+from ..lr_schedule import EXTERNAL, STAGED
 from .base import Param, RunFacts
 from .local_sgd import LocalSGD
 from .registry import register

@@ -28,7 +28,7 @@ from .ledger import Entry, Ledger
 from .netmodel import NetModel, bytes_sent
 from .ring import FutureWork, RingReducer
 
-INIT_METHOD_ENV = "DISTSGD_INIT_METHOD"   # a local run's rendezvous (file://...), set by distsgd.launch
+INIT_METHOD_ENV = "DISTSGD_INIT_METHOD"   # a local run's rendezvous (file://...), set by distsgd.training.launch
 
 
 def join_group(backend: str, timeout_s: float = 300.0, **kwargs) -> None:

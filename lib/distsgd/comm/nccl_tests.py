@@ -152,7 +152,7 @@ def fit_nccl_tests(path: str | Path, nranks: int | None = None, min_bytes: int =
 
 def fit_collective_times(times: pd.DataFrame) -> NetModel:
     """The same least-squares fit on measured all-reduce times of the kit's own table
-    (`bench_schedules.real_collective_times`: columns kind, nbytes, p, measured_s; its all_reduce
+    (`benchmark.real_collective_times`: columns kind, nbytes, p, measured_s; its all_reduce
     rows of one p, at least two sizes): the network a real backend (NCCL on GPUs, gloo here)
     behaves like, for the simulator."""
     rows = times[times.kind == "all_reduce"]

@@ -23,7 +23,7 @@ rank's ledger shows the same number on the root and on the others; the message a
 With p = 1 a collective costs nothing and sends nothing.
 
 Two-level formulas (simulator-only: `Comm` emulates one flat network, so these are built from the
-same alpha-beta costs above and used by `distsgd.timeline.Topology`; nodes of g ranks, `intra`
+same alpha-beta costs above and used by `distsgd.systems.timeline.Topology`; nodes of g ranks, `intra`
 the link inside a node, `inter` the NIC between nodes):
 
     hierarchical all_reduce   intra.reduce(n, g) + inter.all_reduce(n, nodes) + intra.broadcast(n, g)

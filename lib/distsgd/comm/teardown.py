@@ -20,7 +20,7 @@ to do, so a rank leaves with `os._exit`, which skips it:
   when its `__main__` module ran to its last line: an uncaught exception or a `sys.exit(n)` keeps
   Python's own exit and its status, so a status is never changed.
 
-Ranks started by the kit's own launcher (`distsgd.launch`) are multiprocessing children, which
+Ranks started by the kit's own launcher (`distsgd.training.launch`) are multiprocessing children, which
 already leave with `os._exit`.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .base import Compressor
 from .identity import Identity
-from .memory import ErrorFeedback
+from .error_feedback import ErrorFeedback
 from .powersgd import PowerSGD, register_powersgd
 from .qsgd import QSGD
 from .randk import RandK

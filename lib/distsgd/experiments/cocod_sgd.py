@@ -14,15 +14,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import plots, projection
+from ..verdicts import plots, projection
 from ..algorithms.cocod_sgd import proportional_batches
-from ..analysis import first_reaching
-from ..claims import Claims, Test, interval_or_nan, median_interval, paired_interval
+from ..verdicts.analysis import first_reaching
+from ..verdicts.claims import Claims, Test, interval_or_nan, median_interval, paired_interval
 from ..comm import parse_net
-from ..layer_profile import Profile
-from ..results import Result
-from ..runner import run
-from ..timeline.error_band import RatioBand
+from ..systems.layer_profile import Profile
+from ..training.results import Result
+from ..training.runner import run
+from ..systems.timeline.error_band import RatioBand
 
 # the paper's setting (SPECS.md a, its abstract), fixed here before the projection; not parameters of the notebook
 PROJ_DEVICE, PROJ_BATCH, PROJ_NPROC = "GTX1080Ti-fp32", 128, 16

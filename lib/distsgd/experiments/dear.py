@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from .. import bench_schedules as bs
-from .. import projection as pj
+from ..systems import benchmark as bs
+from ..verdicts import projection as pj
 from ..algorithms.tuner import GridTuner
-from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck
-from ..claims import Claims, Test
-from ..layer_profile import Profile
-from ..results import Result
-from ..timeline.error_band import RatioBand
+from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck
+from ..verdicts.claims import Claims, Test
+from ..systems.layer_profile import Profile
+from ..training.results import Result
+from ..systems.timeline.error_band import RatioBand
 
 # the paper's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE, PROJ_GPUS, PROJ_NODES, PROJ_INTRA = "V100-fp32", 4, 16, "PCIe3"

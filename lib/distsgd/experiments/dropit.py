@@ -15,15 +15,15 @@ import seaborn as sns
 import torch
 import torch.nn.functional as F
 
-from .. import plots
-from ..caps import Caps
-from ..claims import Claims, Test
-from ..config import Config
+from ..verdicts import plots
+from ..training.caps import Caps
+from ..verdicts.claims import Claims, Test
+from ..training.config import Config
 from ..data.base import DataSource
-from ..dropit_paper_scale import PAPER_BATCH, PAPER_GAMMA, PAPER_INPUT, PRECISIONS
-from ..memory import dropit, gradient_fidelity, measure_activation_memory, stem_and_head
+from .dropit_paper_scale import PAPER_BATCH, PAPER_GAMMA, PAPER_INPUT, PRECISIONS
+from ..dropit import dropit, gradient_fidelity, measure_activation_memory, stem_and_head
 from ..models import build_model
-from ..results import Result
+from ..training.results import Result
 
 STRATEGIES = ("mink", "random")
 STRATEGY_LABEL = {"mink": "min-k", "random": "random"}
@@ -121,7 +121,7 @@ def plot_final_accuracy(per_run: pd.DataFrame, accuracy: pd.DataFrame, path: Pat
 
 def gradient_table(models: list[str], trained: dict[str, Result], ds: DataSource, device: torch.device,
                    gammas: list[float], grad_batch: int, grad_batches: int, seed: int) -> pd.DataFrame:
-    """The weight-gradient error of DropIT (`memory.gradient_fidelity`): per model, at its initial
+    """The weight-gradient error of DropIT (`dropit.gradient_fidelity`): per model, at its initial
     weights (seed `seed`) and at the final weights of `trained[model]`, on the first `grad_batches`
     training batches of `grad_batch` samples, per strategy and γ (random dropping draws anew per batch,
     seed `seed` + batch): cosine similarity and relative error over all Linear/Conv2d weight gradients,
@@ -166,7 +166,7 @@ def plot_gradient_error(fidelity: pd.DataFrame, path: Path) -> sns.FacetGrid:
 def memory_table(models: list[str], ds: DataSource, device: torch.device, gammas: list[float], batch: int,
                  seed: int) -> pd.DataFrame:
     """What autograd saves for backward after one forward pass on the first training batch of `batch`
-    samples (`memory.measure_activation_memory`), per model (seed `seed`) without DropIT and with each
+    samples (`dropit.measure_activation_memory`), per model (seed `seed`) without DropIT and with each
     strategy at each γ, the stem and the head exempt: the bytes the other Linear/Conv2d layers save
     (the dropped layers), every distinct saved storage (the whole forward) and CUDA's peak (NaN off
     CUDA), each also over the model's baseline."""

@@ -13,10 +13,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis import first_reaching
-from ..claims import Claims, Test
-from ..results import Result
-from ..runner import run
+from ..verdicts.analysis import first_reaching
+from ..verdicts.claims import Claims, Test
+from ..training.results import Result
+from ..training.runner import run
 
 Runs = dict[tuple[str, str, int], Result]
 

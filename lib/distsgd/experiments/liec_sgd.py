@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import plots
+from ..verdicts import plots
 from ..algorithms.buckets import plan_groups
-from ..claims import Claims, Test, interval_or_nan, mean_interval, paired_interval
-from ..results import Result
-from ..runner import run
+from ..verdicts.claims import Claims, Test, interval_or_nan, mean_interval, paired_interval
+from ..training.results import Result
+from ..training.runner import run
 
 BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from .. import projection as pj
-from ..claims import Claims, Test
-from ..layer_profile import Profile
-from ..results import Result
-from ..runner import run
-from ..timeline.error_band import RatioBand
+from ..verdicts import projection as pj
+from ..verdicts.claims import Claims, Test
+from ..systems.layer_profile import Profile
+from ..training.results import Result
+from ..training.runner import run
+from ..systems.timeline.error_band import RatioBand
 
 # the paper's setting (SPECS.md h), fixed before the projection; not parameters of the notebook
 PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH = "resnet20", "V100-fp32", 128

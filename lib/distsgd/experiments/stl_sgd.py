@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from ..algorithms.stl_sgd import period_for
-from ..analysis import first_reaching
-from ..claims import Claims, Test
+from ..verdicts.analysis import first_reaching
+from ..verdicts.claims import Claims, Test
 from ..data import load_data
 from ..models import build_model
-from ..results import Result
-from ..runner import run
-from ..schedule import stagewise_stage
+from ..training.results import Result
+from ..training.runner import run
+from ..lr_schedule import stagewise_stage
 
 Runs = dict[tuple[str, str, int], Result]
 # (split label, partition, STL-SGD's period growth)

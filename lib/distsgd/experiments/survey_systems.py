@@ -11,14 +11,14 @@ from typing import Any
 
 import pandas as pd
 
-from .. import bench_schedules as bs
-from .. import projection as pj
-from ..analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulator_predictions
-from ..claims import Claims, Test
+from ..systems import benchmark as bs
+from ..verdicts import projection as pj
+from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulator_predictions
+from ..verdicts.claims import Claims, Test
 from ..comm import named_net
-from ..layer_profile import Profile
-from ..timeline import validate as tv
-from ..timeline.error_band import RatioBand
+from ..systems.layer_profile import Profile
+from ..systems.timeline import validate as tv
+from ..systems.timeline.error_band import RatioBand
 
 # the survey's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE = "V100-fp32"

@@ -12,12 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from .. import bench_schedules as bs
-from .. import projection as pj
-from ..analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
-from ..claims import Claims
+from ..systems import benchmark as bs
+from ..verdicts import projection as pj
+from ..verdicts.analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
+from ..verdicts.claims import Claims
 from ..paths import repo_root
-from ..timeline import validate as tv
+from ..systems.timeline import validate as tv
 
 # the projection's setting, the same in every profile; the survey's settings (timeline.survey): BSP's 512 MiB
 # buffer, Horovod's 64 MB fusion, ByteScheduler 4 MB / 16 MB, BytePS's 4,096,000-byte partitions; DDP and DeAR

@@ -15,15 +15,15 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..analysis import gradient_diversity, log2_ratio
-from ..claims import Claims, Test
+from ..verdicts.analysis import gradient_diversity, log2_ratio
+from ..verdicts.claims import Claims, Test
 from ..data import load_data, partition
 from ..data.synthetic import lsq_gradient_diversity
 from ..models import build_model
 from ..paths import repo_root
-from ..results import Result
-from ..runner import run
-from ..train import steps_per_epoch
+from ..training.results import Result
+from ..training.runner import run
+from ..training.loop import steps_per_epoch
 
 Runs = dict[tuple[str, int], Result]
 LOCAL = ["local SGD", "VRL-SGD"]                   # the two local methods, compared on every split

@@ -24,10 +24,10 @@
 
 Every model also takes the option ``dropit``: ``{"gamma": γ, "strategy": "mink" | "random",
 "all_layers": false | true}`` (strategy default ``mink``, all_layers default false) trains its
-Linear and Conv2d layers with DropIT (`distsgd.memory.dropit`, Chen et al., ICLR 2023) at drop
+Linear and Conv2d layers with DropIT (`distsgd.dropit.dropit`, Chen et al., ICLR 2023) at drop
 ratio 0 <= γ < 1; γ = 0 leaves the model unchanged. As the authors train (their DeiT marks the
 patch embedding and the head ``no_dropit``), the model's stem and classifier head stay exact
-(`distsgd.memory.stem_and_head`: e.g. resnet18's ``conv1`` and ``fc``, vit_tiny's ``embed.conv``
+(`distsgd.dropit.stem_and_head`: e.g. resnet18's ``conv1`` and ``fc``, vit_tiny's ``embed.conv``
 and ``head``; the single layer of ``logistic``, so DropIT leaves it unchanged); ``all_layers:
 true`` wraps them too (the kit's behaviour before it followed the authors).
 
@@ -100,7 +100,7 @@ def dropit_setting(option: Any) -> tuple[float, str, bool]:
     """(gamma, strategy, all_layers) of a `DROPIT` option ``{"gamma": γ, "strategy": s,
     "all_layers": a}`` (s and a optional: ``"mink"``, false); ConfigError if it is not such a
     dict, γ is not in [0, 1), s is not a DropIT strategy or a is not a bool."""
-    from ..memory.selection import STRATEGIES, check_gamma
+    from ..dropit.selection import STRATEGIES, check_gamma
 
     if not (isinstance(option, dict) and "gamma" in option
             and set(option) <= {"gamma", "strategy", "all_layers"}):
@@ -133,6 +133,6 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int,
     if setting is not None:
         gamma, strategy, all_layers = dropit_setting(setting)
         if gamma > 0:
-            from ..memory import dropit, stem_and_head
+            from ..dropit import dropit, stem_and_head
             dropit(model, gamma, strategy, skip=() if all_layers else stem_and_head(model))
     return model

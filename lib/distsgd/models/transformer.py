@@ -26,7 +26,7 @@ differ only in the embedding and the readout:
 
 How the BERT encoders get tokens: their input is a sequence of token ids, `input_shape` =
 ``(seq_len,)`` (seq_len <= 512), batches ``[B, seq_len]`` of integers in [0, vocab). No dataset of
-the kit holds text: the systems benchmarks (`distsgd.bench_schedules`, notebooks 06, 07, 10)
+the kit holds text: the systems benchmarks (`distsgd.systems.benchmark`, notebooks 06, 07, 10)
 draw uniform random ids, as they draw random images for the CNNs (DeAR and the survey time BERT
 on synthetic inputs too). Image inputs are refused (ConfigError).
 
@@ -215,7 +215,7 @@ def _bert(name: str, input_shape: tuple[int, ...], num_classes: int, vocab: int,
     if len(input_shape) != 1 or not 1 <= input_shape[0] <= BERT_POSITIONS:
         raise ConfigError("model", name, hint=f"needs token-id inputs of shape (seq_len,) with seq_len "
                           f"<= {BERT_POSITIONS}, got shape {tuple(input_shape)}; the systems benchmarks "
-                          "feed them (distsgd.bench_schedules)")
+                          "feed them (distsgd.systems.benchmark)")
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
         raise ConfigError("model_options.vocab", vocab, "a positive integer")
     return _initialized(lambda: Encoder(TokenEmbed(vocab, BERT_POSITIONS, dim), num_classes, dim, depth,

@@ -1,0 +1,1 @@
+"""The systems side: layer profiles, the timeline simulator, the what-if and the benchmarks."""

@@ -1,0 +1,235 @@
+"""The simulator's error on a real cluster: the survey's benchmark (Shi et al., "Communication-
+Efficient Distributed Deep Learning: Survey, Evaluation, and Challenges", arXiv 2005.13247, IEEE
+Network 2021) predicted row by row and compared with its published throughputs.
+
+Measured (`MEASURED_CSV`, from `SOURCE`): throughput (samples/s over all GPUs, mean of 5 runs) of
+7 methods x ResNet-50 (batch 64 per GPU) / BERT-Base (64, sentence length 64) / BERT-Large (8) x
+10GbE (TCP/IP) and 100 Gb/s InfiniBand (RDMA) x 4, 8, 16, 32 V100-PCIe GPUs in machines of 4, and
+each model's single-GPU throughput. Step time = batch x p / throughput.
+
+Predicted (`predict`): `timeline.simulate` of the method as the survey's launch scripts configure
+it (`METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/horovod_mpi_cj.sh`,
+`bytescheduler/horovod_mpi_cj.sh`, `byteps/launch.sh`, `byteps/byteps_distributed_optimizer.py`):
+
+- BSP-A2A: Horovod, threshold 536870912: all gradients in one all-reduce after backward
+  (`no_overlap`, bucket 512 MiB);
+- WFBP-A2A: threshold 0: one all-reduce per gradient as it is ready (`wfbp`);
+- MG-WFBP: merged-gradient WFBP (`mgwfbp`, its merge planned on the profile and the network);
+- ByteScheduler-A2A: `BYTESCHEDULER_PARTITION=4000000`, `BYTESCHEDULER_CREDIT=16000000`, credit
+  tuning off (`bytescheduler`, partition_mb = 4e6 / 2**20, credit_mb = 16e6 / 2**20);
+- BSP-PS: BytePS with `BYTEPS_FUSION_THRESHOLD=536870912` (one fused push_pull after backward),
+  WFBP-PS: threshold 0 (one push_pull per gradient), ByteScheduler-PS: threshold 0 and
+  `BYTEPS_SERVER_ENABLE_SCHEDULE=1` (the order of the servers' summing, which the model does not
+  distinguish: the same prediction as WFBP-PS); all with `BYTEPS_PARTITION_BYTES=4096000` and
+  nworkers / 4 separate server machines (`ps` with a BytePS placement, `Topology.servers` =
+  `PER_NODE`).
+
+On nodes of 4 GPUs: the intra-node link is PCIe (V100-PCIe), the inter-node link the fabric. The
+compute of a step is the model's committed V100 layer profile (`reproduce/layer_profiles/V100-fp32`)
+scaled to the survey's own single-GPU step (batch / its 1-GPU throughput). Effects
+(`SURVEY_EFFECTS`, the same for every row): Horovod's tensor fusion cycle for the per-gradient
+schedule at the defaults of the Horovod the survey ran (5 ms, 64 MiB; Horovod < 0.21), and the
+what-if CLI's compute contention (0.189, `effects.WHATIF`, arXiv 2507.03114); no per-call cost.
+
+Fitted (`fit`), and nothing else: per fabric the bandwidth of the inter-node link, and the
+bandwidth of PCIe, each by least squares on the relative error of the ResNet-50 BSP-A2A (no
+overlap) rows: p = 4 for PCIe (both fabrics' rows), p = 8 and 16 for each fabric. The latencies
+stay the presets' (10GbE 20 us, IB-EDR 2 us, PCIe3 1 us; `comm.netmodel`): these rows carry one
+message size, so a latency is identified only by the 2(p-1) growth from p = 8 to 16, and fitted
+so (`fit(fit_latency=True)`, the CLI's --fit-latency) it reads 154 us on 10GbE and 71 us on IB,
+which makes every per-partition all-reduce of ByteScheduler pay 2(p-1) of them (+164% at p = 16
+on ResNet-50 over 10GbE). The 32-GPU rows are never fitted to: they are the final check (`split`
+"check"). No per-schedule or per-model factor.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from scipy.optimize import least_squares
+
+from ...comm.netmodel import NetModel, parse_net
+from ..layer_profile import Profile
+from ...paths import repo_root
+from .effects import WHATIF, Effects
+from .simulate import simulate
+from .sweep import find_profile
+from .topology import PER_NODE, Topology
+
+MiB = 2**20
+SOURCE = {"repo": "HKBU-HPML/ddl-benchmarks", "path": "results/2020-05-29/README.md",
+          "commit": "30de09bc38a599d213f5568acf9efeb79505aa42"}
+MEASURED_CSV = Path("reproduce") / "validation" / "survey_measured.csv"
+ERROR_CSV = Path("reproduce") / "validation" / "survey_error.csv"
+MODELS = {"ResNet-50": "resnet50", "BERT-Base": "bert_base", "BERT-Large": "bert_large"}
+FABRICS = {"10GbE with TCP/IP": "10GbE", "100GbIB with RDMA": "IB-EDR"}   # connection -> preset (fit's start)
+INTRA_PRESET = "PCIe3"
+GPUS_PER_NODE = 4
+FIT_METHOD = "BSP-A2A"
+FIT_MODEL = "ResNet-50"
+CHECK_NPROC = 32
+SURVEY_EFFECTS = Effects(fusion_cycle_s=5e-3, fusion_threshold_bytes=64 * MiB, contention=WHATIF.contention)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A survey method as the simulator runs it: algorithm, parameters, schedule family."""
+
+    algo: str
+    params: dict[str, Any]
+    family: str                      # "all-reduce" or "PS"
+
+
+_PS = {"partition_mb": 4096000 / MiB}
+METHODS = {
+    "BSP-A2A": Method("no_overlap", {"bucket_mb": 536870912 / MiB}, "all-reduce"),
+    "WFBP-A2A": Method("wfbp", {}, "all-reduce"),
+    "MG-WFBP": Method("mgwfbp", {}, "all-reduce"),
+    "ByteScheduler-A2A": Method("bytescheduler", {"partition_mb": 4e6 / MiB, "credit_mb": 16e6 / MiB}, "all-reduce"),
+    "BSP-PS": Method("ps", {**_PS, "bucket_mb": 536870912 / MiB}, "PS"),
+    "WFBP-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
+    "ByteScheduler-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
+}
+COLUMNS = ["model", "method", "family", "connection", "nproc", "split", "measured_throughput",
+           "measured_s", "predicted_s", "error", "intra", "inter"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted networks: PCIe inside a machine, and each fabric's inter-node link."""
+
+    intra: NetModel
+    inter: dict[str, NetModel]
+
+    def describe(self) -> str:
+        """One line per fitted network."""
+        lines = [f"PCIe (intra-node): {_net(self.intra)} (latency: the {INTRA_PRESET} preset's)"]
+        lines += [f"{c}: {_net(m)}" for c, m in self.inter.items()]
+        return "\n".join(lines)
+
+
+def _net(m: NetModel) -> str:
+    return f"{m.bandwidth_Bps / 1e9:.4g} GB/s, {1e6 * m.latency_s:.4g} us"
+
+
+def load_measured(path: Path | None = None) -> pd.DataFrame:
+    """The survey's table (`MEASURED_CSV`) with `step_s` = batch x p / throughput."""
+    df = pd.read_csv(path or repo_root(Path(__file__).parent) / MEASURED_CSV)
+    return df.assign(step_s=df.batch_size * df.nproc / df.throughput)
+
+
+def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Profile]:
+    """Each model's committed profile scaled to the survey's single-GPU step (its p = 1 row)."""
+    out = {}
+    for model, g in measured[measured.nproc == 1].groupby("model"):
+        batch = int(g.batch_size.iloc[0])
+        profile = Profile.from_csv(find_profile(MODELS[model], device, batch))
+        out[model] = profile.scaled(float(g.step_s.iloc[0]))
+    return out
+
+
+def predict_step(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> float:
+    """Simulated step seconds of a survey `method` on `p` GPUs in machines of 4 (module doc)."""
+    m = METHODS[method]
+    topo = Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if m.family == "PS" else None)
+    return simulate(profile, m.algo, p, params=m.params, topology=topo, effects=SURVEY_EFFECTS).step_s
+
+
+def fit_link(rows: pd.DataFrame, step: Callable[[pd.Series, NetModel], float], start: NetModel,
+             fit_latency: bool = True) -> NetModel:
+    """The NetModel (bandwidth, and latency if `fit_latency`, else `start`'s) minimizing the sum
+    of squared relative errors step(row, net) / row.step_s - 1 over `rows`: least squares in
+    (log bandwidth, latency in us), latency in [0, 1000] us."""
+    def net(x: Sequence[float]) -> NetModel:
+        return NetModel(math.exp(x[0]), x[1] * 1e-6 if fit_latency else start.latency_s)
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        return [step(r, net(x)) / r.step_s - 1 for r in rows.itertuples()]
+
+    x0 = [math.log(start.bandwidth_Bps)] + ([1e6 * start.latency_s] if fit_latency else [])
+    bounds = ([-math.inf] + ([0.0] if fit_latency else []), [math.inf] + ([1000.0] if fit_latency else []))
+    return net(least_squares(residuals, x0, bounds=bounds, x_scale="jac").x)
+
+
+def fit(measured: pd.DataFrame, profs: dict[str, Profile], fit_latency: bool = False) -> Fit:
+    """Fit PCIe's bandwidth on the p = 4 rows, then each fabric's bandwidth (and latency if
+    `fit_latency`) on the p = 8, 16 rows, of ResNet-50 BSP-A2A (module doc); the 32-GPU rows take
+    no part."""
+    rows = measured[(measured.model == FIT_MODEL) & (measured.method == FIT_METHOD)]
+    start_intra = parse_net(INTRA_PRESET)
+    assert start_intra is not None
+    intra = fit_link(rows[rows.nproc == GPUS_PER_NODE],
+                     lambda r, net: predict_step(profs[r.model], r.method, r.nproc, net, net), start_intra,
+                     fit_latency=False)
+    inter = {}
+    for connection, preset in FABRICS.items():
+        fabric_rows = rows[(rows.connection == connection) & (rows.nproc > GPUS_PER_NODE) & (rows.nproc < CHECK_NPROC)]
+        start = parse_net(preset)
+        assert start is not None
+        inter[connection] = fit_link(fabric_rows,
+                                     lambda r, net: predict_step(profs[r.model], r.method, r.nproc, intra, net), start,
+                                     fit_latency)
+    return Fit(intra, inter)
+
+
+def error_table(measured: pd.DataFrame | None = None, fit_latency: bool = False) -> tuple[pd.DataFrame, Fit]:
+    """(every row of the survey's table on the two fabrics with p >= 4: measured vs predicted
+    (`COLUMNS`; error = predicted / measured step - 1; split "fit", "develop" (p <= 16) or "check"
+    (p = 32)), the fit); `fit_latency` as `fit`'s."""
+    measured = load_measured() if measured is None else measured
+    profs = profiles(measured)
+    fitted = fit(measured, profs, fit_latency)
+    rows = []
+    for r in measured[(measured.nproc >= GPUS_PER_NODE) & measured.connection.isin(FABRICS)].itertuples():
+        inter = fitted.inter[r.connection]
+        predicted = predict_step(profs[r.model], r.method, r.nproc, fitted.intra, inter)
+        fitted_row = r.model == FIT_MODEL and r.method == FIT_METHOD and r.nproc < CHECK_NPROC
+        rows.append(dict(model=r.model, method=r.method, family=METHODS[r.method].family,
+                         connection=r.connection, nproc=r.nproc,
+                         split="check" if r.nproc == CHECK_NPROC else "fit" if fitted_row else "develop",
+                         measured_throughput=r.throughput, measured_s=r.step_s, predicted_s=predicted,
+                         error=predicted / r.step_s - 1, intra=_net(fitted.intra), inter=_net(inter)))
+    return pd.DataFrame(rows, columns=COLUMNS), fitted
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Median and max |error| per fabric, schedule family and p range (p <= 16; p = 32)."""
+    t = table.assign(abs_error=table.error.abs(),
+                     range=["p = 32" if p == CHECK_NPROC else "p <= 16" for p in table.nproc])
+    by = t.groupby(["range", "connection", "family"]).abs_error.agg(["median", "max", "count"])
+    total = t.groupby(["range"]).abs_error.agg(["median", "max", "count"])
+    total.index = pd.MultiIndex.from_tuples([(i, "all", "all") for i in total.index], names=by.index.names)
+    return pd.concat([by, total]).sort_index()
+
+
+def write(path: Path | None = None, fit_latency: bool = False) -> tuple[Path, pd.DataFrame, Fit]:
+    """Compute the error table and write it (default `ERROR_CSV`, floats to 6 significant digits)."""
+    table, fitted = error_table(fit_latency=fit_latency)
+    path = Path(path or repo_root(Path(__file__).parent) / ERROR_CSV)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False, float_format="%.6g")
+    return path, table, fitted
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m distsgd.systems.timeline.survey [--csv PATH]`: write the table, print the fit and summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=None, help=f"where to write the table (default {ERROR_CSV})")
+    parser.add_argument("--fit-latency", action="store_true",
+                        help="fit each fabric's latency too (module doc; not the committed table)")
+    args = parser.parse_args(argv)
+    path, table, fitted = write(args.csv, args.fit_latency)
+    print(fitted.describe())
+    with pd.option_context("display.width", 200):
+        print(summary(table).to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

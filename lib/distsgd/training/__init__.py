@@ -1,0 +1,1 @@
+"""A training run: its config, launch, workers, loop, checkpoints and results."""

@@ -1,0 +1,438 @@
+"""Starting and supervising the worker processes of a run.
+
+Two ways, one code path for the workers (`distsgd.training.worker.run_worker`, which reads the
+torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, and MASTER_ADDR, MASTER_PORT or a
+local rendezvous file):
+
+- spawn (a laptop, one GPU box, a notebook kernel): start `nproc` worker processes on this
+  machine, each running what `python -m distsgd worker RUN_DIR` runs (`worker.main`) with the
+  torchrun variables in its environment, one intra-op thread on CPU (as torchrun sets
+  OMP_NUM_THREADS=1) or its own GPU, and supervise them. When any worker fails, the others are
+  stopped at once and `WorkerError` names the rank and its traceback. The ranks meet through a
+  file in RUN_DIR/ranks, their sockets on the loopback interface: a local run listens on no
+  address another host can reach (`local_rank_env`). The workers are forked
+  from a multiprocessing *forkserver* that has imported torch and the library once (neither
+  CUDA nor any thread pool is started there), so a run does not pay torch's import (seconds of
+  CPU) per rank; a notebook that starts dozens of runs keeps one forkserver.
+- env (torchrun or srun on a cluster): this process already is one rank; run it in place.
+  torchrun does the supervising there.
+
+`on_ranks(fn, p, ...)` (benchmarks, tests) starts its ranks through the same mechanism as a run:
+`start_ranks` (forkserver, environment, file rendezvous on loopback, output to a per-rank log) and
+`supervise` (fail fast when a rank dies, `WorkerError` naming the rank and its cause, a deadline so
+that nothing hangs); only what a rank runs differs. `on_this_rank` is its `env` counterpart.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import time
+import types
+import uuid
+from contextlib import contextmanager, nullcontext
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Iterator
+from pathlib import Path
+
+from ..comm.comm import INIT_METHOD_ENV
+from .config import Config
+from ..errors import ConfigError, WorkerError
+from ..files import write_text_atomic
+from .liveness import LAUNCHER_ERROR
+from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
+
+# distsgd.training.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first
+# optimizer imports it (about 3 s of CPU per rank otherwise)
+PRELOAD = ["distsgd.training.worker", "torch._dynamo"]
+
+
+def launcher_for(config: Config) -> str:
+    """'env' when this process was started by torchrun/srun with a world set, else 'spawn'."""
+    return detect_launcher(config.launcher)
+
+
+def detect_launcher(choice: str) -> str:
+    """`choice` ('spawn' or 'env'), or for 'auto': 'env' when this process was started by
+    torchrun/srun with a world set (RANK and WORLD_SIZE), else 'spawn'."""
+    if choice != "auto":
+        return choice
+    return "env" if "WORLD_SIZE" in os.environ and "RANK" in os.environ else "spawn"
+
+
+def launch(config: Config, run_dir: Path) -> None:
+    """Run the workers of `config` writing into `run_dir`; raise WorkerError on failure."""
+    if launcher_for(config) == "env":
+        run_worker(run_dir, config)
+    else:
+        spawn(config, run_dir)
+
+
+def adopt_slurm_env(backend: str) -> None:
+    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
+    SLURM's (`distsgd.training.cluster.from_slurm`, `launch_env`), so that `--launcher env` finds its rank;
+    nothing elsewhere."""
+    from .cluster import from_slurm, launch_env
+
+    if "RANK" not in os.environ:
+        placement = from_slurm(os.environ)
+        if placement is not None:
+            os.environ.update(launch_env(placement, backend))
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name ('lo' on Linux, 'lo0' on macOS)."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in names if n == "lo" or (n.startswith("lo") and n[2:].isdigit())), "lo")
+
+
+TCP_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")   # torchrun's; dropped from a local rank's environment
+
+
+def rendezvous_file(directory: Path) -> Path:
+    """A fresh rendezvous file in `directory` for one local group of ranks."""
+    return Path(directory).resolve() / f"rendezvous-{uuid.uuid4().hex}"
+
+
+def file_url(path: Path) -> str:
+    """The file:// URL of `path` as torch's file rendezvous reads it: it takes the URL's path
+    verbatim (`urlparse(url).path`, no percent-decoding), so `Path.as_uri()`'s escapes (' ' ->
+    %20, '=' -> %3D) would name another file and the ranks would wait for each other until the
+    join timeout. '?' and '#' cannot be carried (they start the query and fragment): refused."""
+    text = str(path)
+    if "?" in text or "#" in text:
+        raise ValueError(f"a run directory for local ranks may not contain '?' or '#': {text}")
+    return "file://" + text
+
+
+def local_rank_env(rank: int, world_size: int, rendezvous: Path) -> dict[str, str]:
+    """What local rank `rank` needs to join its group (`distsgd.comm.join_group`): the torchrun
+    variables and a file rendezvous instead of a TCP store (which would listen on every interface),
+    with gloo's and NCCL's bootstrap sockets on the loopback interface. A local run opens no
+    socket that another host can reach."""
+    lo = loopback_interface()
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), INIT_METHOD_ENV: file_url(rendezvous),
+            "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+
+
+def worker_env(rank: int, world_size: int, rendezvous: Path, gpus: int) -> dict[str, str]:
+    """Environment of local worker `rank`: this process's, the local rank variables, thread limits."""
+    env = {k: v for k, v in os.environ.items() if k not in TCP_RENDEZVOUS}
+    env.update(local_rank_env(rank, world_size, rendezvous))
+    env[PROGRESS_ENV] = "file"
+    if gpus == 0:
+        env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    return env
+
+
+def spawn(config: Config, run_dir: Path) -> None:
+    """Start `config.nproc` local workers and wait for all; fail fast if any fails."""
+    import torch
+
+    gpus = torch.cuda.device_count() if config.device != "cpu" and config.backend != "gloo" else 0
+    if config.device == "cuda" and gpus < config.nproc:
+        raise ConfigError("nproc", config.nproc, f"at most {gpus} (GPUs on this host, one per rank)")
+    ctx = _forkserver(config)
+    with start_ranks(ctx, run_dir, config.nproc, gpus, hide_main=True,
+                     body=lambda rank: functools.partial(worker_main, run_dir)) as procs:
+        bar = _ProgressBar(config, run_dir)
+        try:
+            supervise(procs, run_dir, poll=bar.poll)
+            bar.finish()
+        except WorkerError as e:            # on disk too, for `python -m distsgd show`
+            write_text_atomic(run_dir / "ranks" / LAUNCHER_ERROR, str(e))
+            raise
+        finally:
+            bar.close()
+
+
+@contextmanager
+def start_ranks(ctx: multiprocessing.context.BaseContext, run_dir: Path, world: int, gpus: int,
+                hide_main: bool, body: Callable[[int], Callable[[], int | None]]) -> Iterator[list[BaseProcess]]:
+    """Start `world` local ranks from `ctx`, rank r running `body(r)()` with its environment
+    (`worker_env`: torchrun variables, the file rendezvous in RUN_DIR/ranks, loopback sockets) and
+    its output in RUN_DIR/ranks/rank<r>.log; on leaving, stop those still running and remove the
+    rendezvous file. `hide_main`: start them with the caller's `__main__` hidden (`_bare_main`)."""
+    ranks_dir = run_dir / "ranks"
+    ranks_dir.mkdir(parents=True, exist_ok=True)
+    rendezvous = rendezvous_file(ranks_dir)
+    procs: list[BaseProcess] = []
+    try:
+        for rank in range(world):
+            procs.append(ctx.Process(target=_rank_main, name=f"distsgd-rank{rank}", args=(
+                worker_env(rank, world, rendezvous, gpus), str(ranks_dir / f"rank{rank}.log"), body(rank))))
+            with _bare_main() if hide_main else nullcontext():
+                procs[-1].start()
+        yield procs
+    finally:
+        _stop(procs)
+        rendezvous.unlink(missing_ok=True)
+
+
+def _rank_main(env: dict[str, str], log: str, body: Callable[[], int | None]) -> None:
+    """One local rank, in a process forked from the forkserver: this group's environment (the
+    server's is from when it started), output to the rank's log, one intra-op thread on CPU (as
+    torchrun sets OMP_NUM_THREADS=1), then `body`; its return value is the exit status."""
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    if "OMP_NUM_THREADS" in env:
+        import torch
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    sys.exit(body())
+
+
+def _call_on_rank(run_dir: Path, join: str | None, fn: Callable, args: tuple, queue) -> int:
+    """The body of an `on_ranks` rank: join the group, fn(rank, world, *args), its result on
+    `queue`; on any error its traceback where `supervise` looks for this rank's cause."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    try:
+        if join:
+            join_local_group(join)
+        out = fn(rank, world, *args)
+        queue.put((rank, out))
+        if join:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+    except BaseException:
+        record_error(run_dir)
+        raise
+    return 0
+
+
+def join_local_group(backend: str) -> None:
+    """Join the process group of this rank's environment on `backend`; with NCCL, on the GPU
+    cuda:LOCAL_RANK (one GPU per rank)."""
+    from ..comm.comm import join_group
+
+    if backend == "nccl":
+        import torch
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        join_group(backend, device_id=device)
+    else:
+        join_group(backend)
+
+
+def on_ranks(fn: Callable, world: int, *args: Any, timeout: float | None = 900,
+             join: str | None = "gloo") -> list[Any]:
+    """`fn(rank, world, *args)` on `world` fresh local processes, every rank's return value in rank
+    order: the benchmarks' and the tests' rank launcher, on a run's mechanism (`start_ranks`,
+    `supervise`). The ranks first join one `join` process group ("gloo", or "nccl" with one GPU per
+    rank; None: `fn` joins it, e.g. with `Comm.from_env`). `fn` must be importable (a module's
+    function, or one of the running script's). A failing rank raises `WorkerError` naming the rank
+    and its traceback (or how it died); ranks still running after `timeout` s raise TimeoutError
+    (None: no deadline, for work of unknown length whose collectives time out on their own)."""
+    import torch
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    queue = ctx.Queue()
+    gpus = torch.cuda.device_count() if join == "nccl" else 0
+    results: dict[int, Any] = {}
+
+    def collect() -> None:                  # drained while waiting: a full pipe would block a rank
+        while not queue.empty():
+            rank, value = queue.get()
+            results[rank] = value
+
+    with tempfile.TemporaryDirectory(prefix="distsgd-ranks-") as tmp:
+        run_dir = Path(tmp)
+        with start_ranks(ctx, run_dir, world, gpus, hide_main=False, body=lambda rank: functools.partial(
+                _call_on_rank, run_dir, join, fn, args, queue)) as procs:
+            supervise(procs, run_dir, poll=collect, timeout=timeout)
+        collect()
+    missing = sorted(set(range(world)) - set(results))
+    if missing:
+        raise WorkerError(missing[0], "the rank exited without returning its result")
+    return [results[r] for r in range(world)]
+
+
+def on_this_rank(fn: Callable, *args: Any, join: str | None = "gloo") -> Any:
+    """`on_ranks`' counterpart under torchrun/srun (`--launcher env`): this process is one rank of
+    the job's group; fn(rank, world, *args) after joining it (`join`, as in `on_ranks`)."""
+    import torch.distributed as dist
+
+    if join:
+        join_local_group(join)
+    try:
+        return fn(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *args)
+    finally:
+        if join and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _forkserver(config: Config) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context whose server process has imported `PRELOAD` and the modules
+    of the first run's dataset and model (torchvision or scikit-learn take seconds to import,
+    paid by every rank otherwise). The server starts with the first run of this process and
+    then serves every later run; a run whose modules it lacks imports them in its workers."""
+    from ..data import loader_module
+    from ..models import builder_module
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD + [loader_module(config.data), builder_module(config.model)])
+    return ctx
+
+
+@contextmanager
+def _bare_main() -> Iterator[None]:
+    """Hide the caller's `__main__` while a worker starts. multiprocessing would otherwise re-run
+    the caller's script in the worker (its "main module" preparation), so a plain script calling
+    `distsgd.run` without an `if __name__ == "__main__"` guard would start runs recursively. The
+    workers need nothing from `__main__`."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class _ProgressBar:
+    """A run's progress bar (config.progress), fed from rank 0's progress file: `tqdm.auto`, so a
+    widget in a Jupyter kernel with ipywidgets (JupyterLab draws it) and text in a terminal. It
+    disappears when the run ends (``leave=False``); one that stopped early (failed, diverged) stays,
+    red in JupyterLab, at its last step. A finished run's widget output is replaced by an empty one,
+    so that a saved notebook (papermill's, or yours reopened after its kernel stopped) holds no
+    reference to the closed widget ("Error displaying widget: model not found" in JupyterLab).
+
+    The bar redraws at most once a second (`MIN_INTERVAL`): each widget redraw is two or three
+    messages on the kernel's IOPub channel. tqdm's own switch `TQDM_DISABLE=1` turns it off, the
+    widget too (tqdm's notebook bar ignores that variable, so it is read here): a client that reads
+    IOPub only after a cell ends (nbval, `notebooks/conftest.py`) loses what exceeds ZeroMQ's queue
+    of about a thousand messages, the cell's closing "idle" among them, and fails the cell."""
+
+    MIN_INTERVAL = 1.0          # seconds between redraws
+
+    def __init__(self, config: Config, run_dir: Path) -> None:
+        self.file = progress_file(run_dir)
+        self.summary = run_dir / "summary.json"
+        self.bar = None
+        self.display = None         # the widget's output (IPython DisplayHandle), in a notebook
+        if config.progress and not _tqdm_disabled():
+            from tqdm.auto import tqdm
+            kwargs: dict[str, Any] = dict(total=config.steps, desc=config.run_name(), unit="step", leave=False,
+                                          mininterval=self.MIN_INTERVAL)
+            if _is_notebook_tqdm(tqdm):
+                from IPython.display import display
+                self.bar = tqdm(**kwargs, display=False)
+                self.display = display(self.bar.container, display_id=True)
+            else:
+                self.bar = tqdm(**kwargs)
+
+    def poll(self) -> None:
+        if self.bar is not None and self.file.exists():
+            try:
+                step, loss = self.file.read_text().split()
+                self.bar.update(int(step) - self.bar.n)
+                self.bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
+            except (ValueError, OSError):
+                pass
+
+    def finish(self) -> None:
+        """The ranks exited cleanly: move the bar to the step the run ended at (its summary's;
+        rank 0 writes the progress file at most every 0.3 s, so its last write is often a step
+        or more behind). Without this, tqdm's notebook bar closes red, as if the run had failed."""
+        if self.bar is None:
+            return
+        try:
+            done = int(json.loads(self.summary.read_text())["steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is None:
+            return
+        finished = bool(self.bar.total) and self.bar.n >= self.bar.total
+        self.bar.close()
+        if self.display is not None and finished:
+            self.display.update({"text/plain": ""}, raw=True)
+
+
+def _tqdm_disabled() -> bool:
+    """tqdm's environment switch TQDM_DISABLE (any value but "", "0", "false")."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false")
+
+
+def _is_notebook_tqdm(tqdm: type) -> bool:
+    """Whether `tqdm.auto` chose the ipywidgets bar (a Jupyter kernel with ipywidgets)."""
+    try:
+        from tqdm.notebook import tqdm_notebook
+    except ImportError:
+        return False
+    return issubclass(tqdm, tqdm_notebook)
+
+
+def supervise(procs: list[BaseProcess], run_dir: Path, poll: Callable[[], None] | None = None,
+              timeout: float | None = None) -> None:
+    """Wait for the local ranks `procs` (of `start_ranks`) to finish, calling `poll` every 0.1 s.
+    When any fails, stop the others at once and raise `WorkerError` naming the first failure (the
+    root cause) with its traceback (RUN_DIR/ranks/error_rank<r>.txt) or how it died and its log's
+    tail; past `timeout` s, stop them all and raise TimeoutError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        codes = [p.exitcode for p in procs]
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            time.sleep(0.5)                     # let a peer's death (its exit code) arrive too
+            codes = [p.exitcode for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            _stop(procs)
+            rank = _first_failure(run_dir, failed, codes)
+            raise WorkerError(rank, _cause(run_dir, rank, codes[rank]))
+        if poll is not None:
+            poll()
+        if all(c == 0 for c in codes):
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            _stop(procs)
+            raise TimeoutError(f"local ranks still running after {timeout:g} s: stopped")
+        time.sleep(0.1)
+
+
+def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) -> int:
+    """The rank that failed first, the root cause; the others often fail afterwards only because
+    their peer vanished. A rank killed by a signal (it could write no error file) is taken first,
+    then the earliest error file."""
+    killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(run_dir, r).exists()]
+    if killed:
+        return killed[0]
+    return min(failed, key=lambda r: error_file(run_dir, r).stat().st_mtime
+               if error_file(run_dir, r).exists() else float("inf"))
+
+
+def _cause(run_dir: Path, rank: int, code: int | None) -> str:
+    err = error_file(run_dir, rank)
+    if err.exists():
+        return err.read_text()
+    log = run_dir / "ranks" / f"rank{rank}.log"
+    tail = log.read_text()[-4000:] if log.exists() else ""
+    status = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return f"process {status}; last output:\n{tail}"
+
+
+def _stop(procs: list[BaseProcess], grace_s: float = 5.0) -> None:
+    """Terminate the workers still running (a process that failed to start has no pid: skipped);
+    kill them if they ignore SIGTERM."""
+    alive = [p for p in procs if p.pid is not None and p.exitcode is None]
+    for p in alive:
+        p.terminate()
+    deadline = time.time() + grace_s
+    for p in alive:
+        p.join(timeout=max(0.0, deadline - time.time()))
+        if p.exitcode is None:
+            p.kill()
+            p.join()

@@ -1,0 +1,101 @@
+"""The headline table: one row per paper, the headline claim as its abstract states it, how the kit
+tests it, the verdict and one line of reason.
+
+The rows are fixed in ``reproduce/headlines.yaml`` before the runs (committed, like the claims'
+registrations): per paper notebook, the abstract's sentence, `how` (``measured`` here at small
+scale, ``projected`` to the paper's setting within the simulator's measured error, or ``untested``
+with `why`), and the notebook's claim ids that together test it. The verdict follows from those
+claims' verdicts in a run: reproduced when all are reproduced, contradicted when any is contradicted,
+inconclusive otherwise (or when one was not decided). The README, REPORT.md/html and the end of each
+notebook (`Claims.headline`) show it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED
+
+HOWS = {"measured": "measured here (small scale)",
+        "projected": "projected to the paper's setting, within the simulator's measured error",
+        "untested": "not testable here"}
+NOT_TESTED = "not tested"
+COLUMNS = ["paper", "headline", "how", "verdict", "reason"]
+FIELDS = ("paper", "headline", "how", "claims", "scope", "why")     # a row of headlines.yaml
+
+
+@dataclass(frozen=True)
+class Headline:
+    notebook: str
+    paper: str
+    headline: str                    # the abstract's sentence
+    how: str                         # a key of HOWS
+    claims: tuple[str, ...] = ()     # the notebook's claim ids that test it (none when untested)
+    scope: str = ""                  # what of the headline the claims test
+    why: str = ""                    # why it is untested
+
+    def __post_init__(self) -> None:
+        where = f"headlines[{self.notebook}]"
+        if self.how not in HOWS:
+            raise ValueError(f"{where}.how: {self.how!r}; allowed: {', '.join(HOWS)}")
+        if (self.how == "untested") != (not self.claims):
+            raise ValueError(f"{where}.claims: claim ids when how is measured or projected, none when untested")
+        if self.how == "untested" and not self.why:
+            raise ValueError(f"{where}.why: an untested headline says why")
+
+    def decide(self, claims: pd.DataFrame) -> tuple[str, str]:
+        """(verdict, reason) from a claims table (columns id, verdict, reason) of this notebook's run."""
+        if self.how == "untested":
+            return NOT_TESTED, self.why
+        rows = claims.set_index("id")
+        missing = [c for c in self.claims if c not in rows.index or pd.isna(rows.verdict.get(c))]
+        if missing:
+            return INCONCLUSIVE, f"{missing[0]} was not decided in this run"
+        verdicts = {c: rows.verdict[c] for c in self.claims}
+        for wanted in (CONTRADICTED, INCONCLUSIVE):
+            hit = [c for c, v in verdicts.items() if v == wanted]
+            if hit:
+                return wanted, f"{len(hit)} of {len(verdicts)} {wanted}; {hit[0]}: {rows.reason[hit[0]]}"
+        first = self.claims[0]
+        return REPRODUCED, f"{len(verdicts)} of {len(verdicts)} reproduced; {first}: {rows.reason[first]}"
+
+
+def headlines_path() -> Path:
+    from ..paths import repo_root
+    return repo_root() / "reproduce" / "headlines.yaml"
+
+
+def load_headlines(path: Path | None = None) -> dict[str, Headline]:
+    """{notebook: Headline} from ``reproduce/headlines.yaml`` (or `path`); none where the file does
+    not exist (a project of one's own notebooks without paper headlines)."""
+    import yaml
+
+    path = path or headlines_path()
+    if not path.is_file():
+        return {}
+    raw = yaml.safe_load(path.read_text()) or {}
+    out = {}
+    for notebook, row in raw.items():
+        unknown = set(row) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"headlines[{notebook}]: unknown field(s) {sorted(unknown)}; allowed: {', '.join(FIELDS)}")
+        out[notebook] = Headline(notebook, row["paper"], row["headline"], row["how"],
+                                 tuple(row.get("claims") or ()), row.get("scope", ""), row.get("why", ""))
+    return out
+
+
+def headline_table(claims: pd.DataFrame, headlines: dict[str, Headline] | None = None) -> pd.DataFrame:
+    """One row per paper whose notebook is in `claims` (`report.collect`'s table, with a notebook
+    column): paper, headline, how (with the scope), verdict, reason."""
+    headlines = load_headlines() if headlines is None else headlines
+    rows, present = [], set(claims.notebook)
+    for notebook, h in headlines.items():
+        if notebook not in present:
+            continue
+        verdict, reason = h.decide(claims[claims.notebook == notebook])
+        how = HOWS[h.how] + (f": {h.scope}" if h.scope else "")
+        rows.append({"notebook": notebook, "paper": h.paper, "headline": h.headline, "how": how,
+                     "verdict": verdict, "reason": reason})
+    return pd.DataFrame(rows, columns=["notebook", *COLUMNS])

@@ -1,0 +1,164 @@
+"""Projected claims: a paper's timing claim decided at the paper's own scale by the timeline
+simulator (`distsgd.systems.timeline`) on a committed layer profile of the paper's model on the paper's
+GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.systems.profiler` documents;
+why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in docs/simulator.md).
+
+A projection is deterministic (committed profile, closed-form timeline), so its interval does not
+come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
+benchmark predicted row by row (`timeline.survey`, the committed `reproduce/validation/
+survey_error.csv`, docs/simulator_error.md), as bands (`timeline.error_band`). The rule, fixed
+before any projection is made:
+
+- A projected step time of schedule `algo` on fabric `net` is covered when the survey measured
+  that schedule (`timeline.survey.METHODS`: no_overlap, wfbp, mgwfbp, bytescheduler, ps) on that
+  fabric (`net` is the preset a survey connection was fitted from: "10GbE" or "IB-EDR"). Its band
+  is [lo, hi], the smallest and largest error (predicted / measured - 1) of every row of that
+  schedule and fabric (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi].
+- A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
+  is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
+- A setting that a term's schedule or fabric leaves uncovered is inconclusive with that reason,
+  known before the projection (`register`: a precheck). The band is named in the row's test.
+
+The simulator's bound against this machine's own measured step times (`timeline.validate.
+RESOLUTION`, 15%) decides no projected claim.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
+from ..comm.netmodel import parse_net
+from ..systems.layer_profile import Profile
+from ..algorithms.dear import fusion_counts
+from ..algorithms.tuner import GridTuner
+from ..systems.timeline.simulate import Prediction, simulate
+from ..systems.timeline.error_band import RatioBand, Uncovered, ratio_band
+from ..systems.timeline.sweep import find_profile, sweep
+from ..systems.timeline.topology import Topology
+
+
+def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, op: str, threshold: float,
+             numerator: Sequence[tuple[str | tuple[str, ...], str]],
+             denominator: Sequence[tuple[str | tuple[str, ...], str]]) -> RatioBand | None:
+    """Register projected claim `id` (`Claims.register`) with a test whose statistic names its
+    band (`ratio_band` of the (algo, net) settings whose step times make the ratio), before the
+    projection; where a setting is uncovered, mark the claim inconclusive by that precheck and
+    return None. The band goes to `decide`."""
+    if not is_projected(id):
+        raise ValueError(f"projected claim {id!r}: its id starts with {PROJECTED_PREFIX!r} (counted apart from measured ones)")
+    try:
+        band, uncovered = ratio_band(numerator, denominator), ""
+        stat = f"{BAND_STAT}: {band.describe().split(': ', 1)[1]}"
+    except Uncovered as exc:
+        band, uncovered = None, str(exc)
+        stat = f"{BAND_STAT}; none covers it"
+    claims.register(id, claim, paper, Test(quantity, op, threshold, stat))
+    if band is None:
+        claims.precheck(id, f"no real-cluster measurement covers this projection: {uncovered}")
+    return band
+
+
+BAND_STAT = "deterministic projection, decided within the simulator's error measured on the survey's cluster"
+
+
+def load_profile(model: str, device: str, batch_size: int | None = None) -> Profile:
+    """The committed profile of `model` on `device` (e.g. "V100-fp32"), with `batch_size` if
+    several exist: reproduce/layer_profiles/<device>/<model>_b<batch>.csv."""
+    return Profile.from_csv(find_profile(model, device, batch_size))
+
+
+def describe(profile: Profile, nproc: int, net: str, gpus_per_node: int = 1, intra: str = "") -> str:
+    """The label every projected number carries: profile (device, source, calibration), worker
+    count and network, e.g. "projection: resnet50 b64 on V100-fp32 (flops-scaled), 64 workers,
+    16 nodes x 4 (PCIe3 inside, 10GbE between)"."""
+    where = (f"{nproc // gpus_per_node} nodes x {gpus_per_node} ({intra} inside, {net} between)"
+             if gpus_per_node > 1 else f"{net} ring")
+    return (f"projection: {profile.model} b{profile.batch_size} on {profile.device} ({profile.source}), "
+            f"{nproc} workers, {where}")
+
+
+def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[int], nets: Iterable[str],
+            gpus_per_node: int = 1, intra: str = "") -> pd.DataFrame:
+    """`timeline.sweep` over labelled cases (dicts: algo, optional params and label, as the
+    benchmark's cases): one row per (label, nproc, net) with the sweep's columns (step_s, compute_s,
+    exposed_comm_s, throughput, ...) plus `label` and `efficiency` = compute_s / step_s."""
+    frames = []
+    for case in cases:
+        df = sweep(profile, [case["algo"]], list(nprocs), list(nets), params=case.get("params"),
+                   gpus_per_node=gpus_per_node, intra=intra, profile_name=f"{profile.model} on {profile.device}")
+        df.insert(0, "label", case.get("label", case["algo"]))
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    out["efficiency"] = out.compute_s / out.step_s
+    return out
+
+
+def decide(claims: Claims, id: str, ratio: float, label: str, band: RatioBand | None, detail: str = "") -> str:
+    """Decide projected claim `id` on `ratio` within `band` (`register`'s; None: the claim's
+    precheck found no measurement, and it stays inconclusive); `label` is `describe`'s text,
+    `detail` the numbers a reader needs. Returns the verdict."""
+    low, high = band.interval(ratio) if band is not None else (ratio, ratio)
+    where = band.describe() if band is not None else "no measured error covers it"
+    measured = f"{label}; ratio {ratio:.3f}; {where}"
+    return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
+
+
+def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, gpus_per_node: int = 1,
+                  intra: str = "") -> Prediction:
+    """The simulator's `Prediction` of one labelled case (dict: algo, optional params and label) at
+    `nproc` workers on `net` (inter-node link; `intra` inside nodes of `gpus_per_node`), labelled
+    with `describe`; e.g. for what a table row lacks (a tuned DeAR's trials, `Prediction.tuning`)."""
+    topo = Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+    return simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topo,
+                    label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
+
+
+def write_trace(path: str | Path, profile: Profile, case: dict[str, Any], nproc: int, net: str,
+                gpus_per_node: int = 1, intra: str = "", iterations: int = 1) -> Path:
+    """The Chrome trace (Perfetto, chrome://tracing) of one labelled case (`simulate_case`), cut to
+    `iterations` steady-state iterations (the first of the simulator's measured window, plus the
+    collectives those iterations issued), so that it stays small."""
+    pred = simulate_case(profile, case, nproc, net, gpus_per_node, intra)
+    first = pred.window[0]
+    pred.events = [e for e in pred.events if first <= e.step < first + iterations]
+    return pred.to_chrome_trace(path)
+
+
+def write_profile_note(path: str | Path, profile: Profile) -> Path:
+    """A one-line note of which profile a notebook's projection used (beside its figures)."""
+    path = Path(path)
+    path.write_text(f"{profile.model} b{profile.batch_size} {profile.input_shape} on {profile.device} "
+                    f"({profile.source}): {profile.machine}\n")
+    return path
+
+
+def size_stats(sizes: Iterable[int]) -> dict[str, float]:
+    """Statistics of a model's gradient tensors (bytes each): the number of tensors, gradient MB,
+    mean and largest tensor MB (MB = 2**20 bytes). Known before anything is timed, e.g. from
+    `bench_schedules.grad_tensor_bytes`."""
+    sizes = list(sizes)
+    mb = 2**20
+    return {"tensors": len(sizes), "grad_mb": sum(sizes) / mb, "mean_tensor_mb": sum(sizes) / len(sizes) / mb,
+            "largest_tensor_mb": max(sizes) / mb}
+
+
+def tensor_stats(profile: Profile) -> dict[str, float]:
+    """A profile's gradient-tensor statistics (`size_stats`), known before any step time is
+    projected, and the intensity I = C/D (compute seconds per gradient byte of one iteration, in
+    ms per MB)."""
+    stats = size_stats(profile.tensor_bytes)
+    return {**stats, "intensity_ms_per_mb": 1e3 * profile.compute_s / stats["grad_mb"]}
+
+
+
+def grid_twins(profile: Profile, threshold_mb: float, low: float, high: float, trials: int) -> list[float]:
+    """The thresholds of DeAR's tuner grid (`GridTuner(low, high, trials)`) whose fusion groups on
+    `profile` are those of `threshold_mb` (`dear.fusion_counts`, group by size). Known before any
+    step time: if there is one, "tuned at least as fast as threshold_mb" holds by construction
+    (the tuner keeps the fastest grid point), an identity, not a claim that can fail."""
+    forward = [layer.grad_bytes for layer in reversed(profile.layers)]
+    fixed = fusion_counts(forward, threshold_mb * 2**20, 1)
+    return [x for x in GridTuner(low, high, trials).candidates if fusion_counts(forward, x * 2**20, 1) == fixed]
