@@ -49,10 +49,7 @@ def curves(results: Runs, y: str = "train_loss",
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title=None)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    return fig
+    return _finish(fig, path)
 
 
 def bars(df: pd.DataFrame, x: str, y: str, hue: str | None = None, title: str = "",
@@ -71,6 +68,11 @@ def bars(df: pd.DataFrame, x: str, y: str, hue: str | None = None, title: str = 
     ax.tick_params(axis="x", rotation=20)
     if title:
         ax.set_title(title)
+    return _finish(fig, path)
+
+
+def _finish(fig: plt.Figure, path: Path | None) -> plt.Figure:
+    """Lay `fig` out and save it to `path` (when given) at the kit's resolution."""
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")

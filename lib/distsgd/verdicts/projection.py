@@ -6,18 +6,11 @@ why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in d
 A projection is deterministic (committed profile, closed-form timeline), so its interval does not
 come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
 benchmark predicted row by row (`timeline.survey`, the committed `reproduce/validation/
-survey_error.csv`, docs/simulator_error.md), as bands (`timeline.error_band`). The rule, fixed
-before any projection is made:
-
-- A projected step time of schedule `algo` on fabric `net` is covered when the survey measured
-  that schedule (`timeline.survey.METHODS`: no_overlap, wfbp, mgwfbp, bytescheduler, ps) on that
-  fabric (`net` is the preset a survey connection was fitted from: "10GbE" or "IB-EDR"). Its band
-  is [lo, hi], the smallest and largest error (predicted / measured - 1) of every row of that
-  schedule and fabric (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi].
-- A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
-  is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
-- A setting that a term's schedule or fabric leaves uncovered is inconclusive with that reason,
-  known before the projection (`register`: a precheck). The band is named in the row's test.
+survey_error.csv`, docs/simulator_error.md), as bands. The rule, fixed before any projection is made
+(`timeline.error_band`'s module docstring states it: a step time's band is the extremes of the
+survey's errors for its schedule and fabric; a ratio is decided on the worst case of its terms'
+bands.) A setting that a term's schedule or fabric leaves uncovered is inconclusive with that
+reason, known before the projection (`register`: a precheck). The band is named in the row's test.
 
 The simulator's bound against this machine's own measured step times (`timeline.validate.
 RESOLUTION`, 15%) decides no projected claim.
