@@ -1,6 +1,7 @@
 """Notebook 00 (baselines): S-SGD, PyTorch DDP and local SGD; their table, the IID-accuracy pairs,
-the invariants (period 1 is S-SGD, S-SGD is DDP, period k sends k times fewer bytes) and the two
-claims' decisions (local SGD's wall-clock speed-up per block of steps, its accuracy at equal steps)."""
+the invariants (period 1 is S-SGD, S-SGD is DDP, period k sends k times fewer bytes, and on the emulated
+network takes far less time per block of steps) and the claim's decision (local SGD's accuracy at
+equal steps)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..verdicts.claims import Claims, median_interval, paired_interval
+from ..verdicts.claims import Claims, paired_interval
 from ..training.results import Result
 from ..training.runner import run
 
@@ -70,19 +71,20 @@ def block_ratios(slow: pd.DataFrame, fast: pd.DataFrame, block: int) -> np.ndarr
     return ta[tb > 0] / tb[tb > 0]
 
 
-def decide_speedup(claims: Claims, runs: dict[str, Result], kmax: int) -> str:
-    """Decide `local_sgd_wallclock_speedup`: the median of S-SGD's over local SGD (period `kmax`)'s
-    time per block of `kmax` steps (`block_ratios`), with its distribution-free interval
-    (`median_interval`); no interval without a block. Returns the verdict."""
+def check_speedup(claims: Claims, runs: dict[str, Result], kmax: int) -> float:
+    """The wall-clock speed-up on the emulated communication-bound network, asserted as an invariant,
+    not a claim (issue 37: a near-identity: the emulation delays each collective to its modeled time,
+    and local SGD with period `kmax` issues `kmax` times fewer of them, so the ratio follows from the
+    emulated network): the median of S-SGD's over local SGD's time per block of `kmax` steps
+    (`block_ratios`) is at least 2. Returns the median (NaN without a block)."""
     ratios = block_ratios(runs["S-SGD"].metrics, runs[f"local SGD k={kmax}"].metrics, kmax)
-    if len(ratios):
-        lo, hi = median_interval(ratios)
-        est = float(np.median(ratios))
-    else:
-        lo = hi = est = float("nan")
-    return claims.decide("local_sgd_wallclock_speedup", lo, hi, est,
-                         f"median {est:.2f}x over {len(ratios)} blocks; whole runs: "
-                         f"{runs['S-SGD'].summary['train_s']:.1f} s vs {runs[f'local SGD k={kmax}'].summary['train_s']:.1f} s")
+    est = float(np.median(ratios)) if len(ratios) else float("nan")
+    claims.invariant(f"on the emulated communication-bound network local SGD (period {kmax}) takes at most half "
+                     f"S-SGD's time per block of {kmax} steps",
+                     f"median per-block ratio S-SGD / local SGD >= 2 (communication cut {kmax}-fold)",
+                     f"median {est:.2f}x over {len(ratios)} blocks; whole runs: {runs['S-SGD'].summary['train_s']:.1f} s "
+                     f"vs {runs[f'local SGD k={kmax}'].summary['train_s']:.1f} s", est >= 2)
+    return est
 
 
 def decide_iid_accuracy(claims: Claims, acc_pairs: pd.DataFrame) -> str:
