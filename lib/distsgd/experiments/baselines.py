@@ -82,8 +82,9 @@ def check_speedup(claims: Claims, runs: dict[str, Result], kmax: int) -> float:
     claims.invariant(f"on the emulated communication-bound network local SGD (period {kmax}) takes at most half "
                      f"S-SGD's time per block of {kmax} steps",
                      f"median per-block ratio S-SGD / local SGD >= 2 (communication cut {kmax}-fold)",
-                     f"median {est:.2f}x over {len(ratios)} blocks; whole runs: {runs['S-SGD'].summary['train_s']:.1f} s "
-                     f"vs {runs[f'local SGD k={kmax}'].summary['train_s']:.1f} s", est >= 2)
+                     f"median {est:.2f}x over {len(ratios)} blocks; whole runs: "
+                     f"{runs['S-SGD'].summary['train_s']:.1f} s vs {runs[f'local SGD k={kmax}'].summary['train_s']:.1f} s",
+                     est >= 2)
     return est
 
 

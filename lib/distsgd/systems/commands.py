@@ -60,7 +60,8 @@ def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
     g = b.add_argument_group("schedule benchmark (without --validate-emulation)")
     g.add_argument("--models", default="mlp,transformer", help="comma-separated: mlp, resnet18, transformer, bert_base")
     g.add_argument("--algos", default="",
-                   help="comma-separated schedule labels to keep (default: all of distsgd.systems.benchmark.DEFAULT_CASES)")
+                   help="comma-separated schedule labels to keep (default: all of "
+                        "distsgd.systems.benchmark.DEFAULT_CASES)")
     g.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p (--launcher env: the job's)")
     g.add_argument("--nets", default="",
                    help="comma-separated networks: 10GbE-like, IB-like (emulated, scaled to the measured "

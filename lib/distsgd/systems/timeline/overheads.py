@@ -268,7 +268,8 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     step_s = median_s(training_step)
     params = {"period": 4, "warmup": 0}
     ssd = create("ssd_sgd", params)
-    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")), RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
+    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
+              RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
     return {"copy_Bps": copy_Bps,
             "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient().div_(world))) / step_s,
             "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
