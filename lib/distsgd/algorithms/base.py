@@ -53,17 +53,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RunFacts:
     """What an algorithm knows of the run besides its own parameters: the fields of the run's
-    config it checks or reads (`Config.facts()` makes them; a test or `distsgd.wrap` may build
-    them directly). The learning rate itself reaches the algorithm per step (`learning_rate`)."""
+    config it checks or reads (`Config.facts()` makes them, with the config's defaults). The
+    learning rate itself reaches the algorithm per step (`learning_rate`)."""
 
     nproc: int                          # ranks
-    batch_size: int = 32                # the config's mini-batch size per rank
-    optimizer: str = "sgd"              # "sgd" or "adam": what the loop's optimizer is
-    momentum: float = 0.0               # its momentum
-    seed: int = 0                       # the run's seed (compression's random streams)
-    schedule: str = "constant"          # the learning-rate schedule's name (`distsgd.lr_schedule`)
-    warm_start_epochs: int = 0          # the VRL-SGD authors' epoch schedule (`algorithms.epochs`)
-    epoch_average: bool = False
+    batch_size: int                     # the config's mini-batch size per rank
+    optimizer: str                      # "sgd" or "adam": what the loop's optimizer is
+    momentum: float                     # its momentum
+    seed: int                           # the run's seed (compression's random streams)
+    schedule: str                       # the learning-rate schedule's name (`distsgd.lr_schedule`)
+    warm_start_epochs: int              # the VRL-SGD authors' epoch schedule (`algorithms.epochs`)
+    epoch_average: bool
 
 
 @dataclass(frozen=True)

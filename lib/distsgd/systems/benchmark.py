@@ -199,7 +199,8 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
     (default: the model's `INPUT_SHAPES`), on `device` (on a GPU the clock is read after
     `torch.cuda.synchronize`, and before it for the host's share), the model's repeated blocks cut
     to `depth` (`bench_model`)."""
-    from ..algorithms import Algorithm, RunFacts, create
+    from ..algorithms import Algorithm, create
+    from ..training.config import Config
     from ..comm import Comm, parse_net
 
     shape = shape or INPUT_SHAPES[case.model]
@@ -207,7 +208,7 @@ def time_case(case: Case, rank: int, world: int, batch_size: int, steps: int, wa
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     comm = Comm(rank, world, device, parse_net(case.net))
     algo = Algorithm() if case.algo == "compute" else create(case.algo, case.params)
-    net = algo.setup(model, optimizer, comm, RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
+    net = algo.setup(model, optimizer, comm, Config(nproc=world, batch_size=batch_size, momentum=0.9).facts())
     batches = synthetic_batches(shape, batch_size, seed=rank, vocab=VOCAB.get(case.model), device=device)
     net.train()
     try:

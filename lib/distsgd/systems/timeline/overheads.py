@@ -222,7 +222,8 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     import torch.nn.functional as F
 
     from .. import benchmark as bs
-    from ...algorithms import RunFacts, create
+    from ...algorithms import create
+    from ...training.config import Config
     from ...algorithms.flat import flatten, unflatten_into
     from ...training.caps import Caps
     from ...comm import Comm
@@ -269,7 +270,7 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
     params = {"period": 4, "warmup": 0}
     ssd = create("ssd_sgd", params)
     ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
-              RunFacts(nproc=world, batch_size=batch_size, momentum=0.9))
+              Config(nproc=world, batch_size=batch_size, momentum=0.9).facts())
     return {"copy_Bps": copy_Bps,
             "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient().div_(world))) / step_s,
             "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
