@@ -229,7 +229,7 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     calls; host_share the host's forward + backward + update over the device's step."""
     import pandas as pd
 
-    from distsgd.systems.timeline.overheads import gpu_overheads
+    from distsgd.systems.timeline.overheads import HOOKED, Overheads, gpu_overheads
     calls = pd.DataFrame([dict(path="distsgd.Comm", calls=1, issue_s=9.0),
                           dict(path="distsgd.Comm", calls=8, issue_s=1.0),
                           dict(path="distsgd.Comm", calls=64, issue_s=2.0),
@@ -237,21 +237,32 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
                           dict(path="torch.distributed", calls=64, issue_s=0.5)])
     ov = gpu_overheads(calls, dict(host_forward_s=1.0, host_backward_s=2.0, host_update_s=1.0, device_s=8.0))
     assert ov.issue_s == 2.0 and ov.host_share == 0.5 and ov.gpu
+    # a table with the cost in place (measure_hooked_calls' rows) charges that instead
+    hooked = pd.concat([calls, pd.DataFrame([dict(path=HOOKED, calls=8, issue_s=5.0),
+                                             dict(path=HOOKED, calls=64, issue_s=7.0),
+                                             dict(path=HOOKED, calls=256, issue_s=6.0)])])
+    assert gpu_overheads(hooked, None) == Overheads(issue_s=6.0, host_share=0.0)
 
 
 def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
-    """`measure_gpu_calls` and `profiler.host_and_device` (run on a GPU by reproduce/gpu_check.py)
-    on the CPU, where host and device are one: every (path, size, count) row, positive times, the
-    device's time per call at least the host's issue loop, the one-rank group left as found; the
-    host's time for each phase of a step at most the whole step (medians of per-step pairs)."""
+    """`measure_gpu_calls`, `measure_hooked_calls` and `profiler.host_and_device` (run on a GPU by
+    reproduce/gpu_check.py) on the CPU, where host and device are one: every (path, size, count) row,
+    positive times, the device's time per call at least the host's issue loop, the one-rank group left
+    as found; a hooked all-reduce in a training step costs more than Comm's in a loop (it also runs the
+    hook and the averaging); the host's time for each phase of a step at most the whole step (medians
+    of per-step pairs)."""
     import torch.distributed as dist
 
     from distsgd.systems.profiler import host_and_device
-    from distsgd.systems.timeline.overheads import measure_gpu_calls
+    from distsgd.systems.timeline.overheads import HOOKED, measure_gpu_calls, measure_hooked_calls
     calls = measure_gpu_calls(sizes=(4096, 65536), counts=(1, 8), reps=2, device="cpu")
     assert len(calls) == 2 * 2 * 2 and set(calls.path) == {"distsgd.Comm", "torch.distributed"}
     assert (calls.issue_s > 0).all() and (calls.call_s >= calls.issue_s).all()
     assert not dist.is_initialized()
+    hooked = measure_hooked_calls(widths=(32, 256), counts=(8, 64), reps=5, device="cpu")
+    assert len(hooked) == 4 and set(hooked.path) == {HOOKED} and list(hooked.nbytes) == [4096] * 2 + [262144] * 2
+    assert not dist.is_initialized()
+    assert hooked.issue_s.median() > calls[calls.path == "distsgd.Comm"].issue_s.median() > 0
     host = host_and_device("mlp", (64,), 8, device="cpu", reps=3, warmup=1)
     assert host["device_s"] == host["step_s"] > 0 and host["host_layerwise_update_s"] > 0
     assert all(0 < host[f"host_{phase}_s"] <= host["step_s"] for phase in ("forward", "backward", "update"))

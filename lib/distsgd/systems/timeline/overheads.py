@@ -59,6 +59,7 @@ day SSD-SGD's rule itself became in place (`SSDSGD._local_rule`): (d) fell from 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -139,13 +140,20 @@ GPU_CALLS = Path("reproduce") / "validation" / "gpu_calls.csv"
 GPU_HOST = Path("reproduce") / "validation" / "gpu_host.csv"
 
 
+HOOKED = "hooked wfbp"       # measure_hooked_calls' rows in the GPU check's calls table
+
+
 def gpu_overheads(calls: pd.DataFrame, host: dict[str, float] | pd.Series | None) -> Overheads:
-    """The GPU host's costs ((e)) from the GPU check's measurements: `issue_s` the median host issue
-    time per collective through the kit's `Comm` over every size of `measure_gpu_calls`' rounds of 8
-    or more calls (one call alone also pays the first launch's set-up); `host_share` the host's time
-    to issue a step's forward, backward and update over the device's own time for it
-    (`profiler.host_and_device`), or 0 without `host` (the host keeps ahead of the device)."""
-    steady = calls[(calls.path == "distsgd.Comm") & (calls.calls >= 8)]
+    """The GPU host's costs ((e)) from the GPU check's measurements: `issue_s` the cost of a collective
+    in place, the median over `measure_hooked_calls`' rows (path `HOOKED`: the host's time per
+    gradient hook that issues the kit's all-reduce inside a training step) of 8 or more calls; in a
+    table without them (the first two GPU checks), the median host issue time per collective
+    through the kit's `Comm` over `measure_gpu_calls`' rounds of 8 or more calls (one call alone also
+    pays the first launch's set-up). `host_share` the host's time to issue a step's forward, backward
+    and update over the device's own time for it (`profiler.host_and_device`), or 0 without `host`
+    (the host keeps ahead of the device)."""
+    path = HOOKED if (calls.path == HOOKED).any() else "distsgd.Comm"
+    steady = calls[(calls.path == path) & (calls.calls >= 8)]
     share = 0.0
     if host is not None:
         share = float((host["host_forward_s"] + host["host_backward_s"] + host["host_update_s"]) / host["device_s"])
@@ -322,6 +330,37 @@ def _call_round(comm, tensors: list, raw: bool) -> tuple[float, float]:
     return issued, time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def _one_rank_group(dev):
+    """A one-rank process group (NCCL on a GPU, gloo on the CPU) on a free local port, unless one is
+    initialised; left as found."""
+    import socket
+
+    import torch.distributed as dist
+    joined = not dist.is_initialized()
+    if joined:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+def _device(device: str):
+    import torch
+    return torch.device(device, 0) if device == "cuda" else torch.device(device)
+
+
+def _device_name(dev) -> str:
+    import torch
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
 def measure_gpu_calls(sizes: tuple[int, ...] = (2**12, 2**16, 2**20, 2**24, 2**26),
                       counts: tuple[int, ...] = (1, 8, 64, 512), reps: int = 5,
                       device: str = "cuda") -> pd.DataFrame:
@@ -332,26 +371,75 @@ def measure_gpu_calls(sizes: tuple[int, ...] = (2**12, 2**16, 2**20, 2**24, 2**2
     (`issue_s`) and of the time until the device has finished them all, per call (`call_s`).
     Joins a one-rank group (NCCL on "cuda", gloo on "cpu", where host and device are one) on a free
     local port if none is initialised."""
-    import socket
+    from ...comm import Comm
+    dev = _device(device)
+    with _one_rank_group(dev):
+        rows = _call_rows(Comm(0, 1, dev), sizes, counts, reps)
+    return pd.DataFrame(rows).assign(device=_device_name(dev))
+
+
+def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple[int, ...] = (8, 64, 256),
+                         reps: int = 7, warmup: int = 3, batch_size: int = 8, device: str = "cuda") -> pd.DataFrame:
+    """The per-collective cost in place (issue 33 item 2; rule fixed before the third GPU check, 2026-11-27):
+    what issuing one all-reduce from a gradient hook inside a training step costs the host: the hook,
+    the algorithm's bookkeeping, the kit's `Comm` and the backend's enqueue, and the wait and the
+    averaging after it. `measure_gpu_calls` times `Comm.all_reduce` in a loop; in place the GPU check of
+    2026-11-26 found 5-9 times that (docs/validation.md, "GPU check").
+
+    A synthetic chain, not a validated model: n bias-free ``Linear(w, w)`` layers (one gradient tensor
+    of 4 w^2 bytes each) on a batch of `batch_size`, trained with WFBP (the kit's ``wfbp``: one
+    all-reduce per gradient as it is ready) and with compute alone, on one rank. Per (w, n): the
+    median over `reps` steps (after `warmup`) of the host's time to issue one training step from an
+    idle device (as the benchmark's `Timed.host_s`), each case's steps interleaved; `issue_s` is
+    (WFBP's - compute's) / n, `call_s` the same difference of the whole step until the device is
+    done, per call. Rows: path `HOOKED`, nbytes, calls = n."""
+    import statistics
 
     import torch
-    import torch.distributed as dist
+    import torch.nn.functional as F
 
+    from ...algorithms import Algorithm, create
     from ...comm import Comm
-    dev = torch.device(device, 0) if device == "cuda" else torch.device(device)
-    joined = not dist.is_initialized()
-    if joined:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=0, world_size=1)
-    try:
-        rows = _call_rows(Comm(0, 1, dev), sizes, counts, reps)
-    finally:
-        if joined:
-            dist.destroy_process_group()
-    return pd.DataFrame(rows).assign(device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu")
+    from ...training.config import Config
+    from ...training.step import train_step
+    dev = _device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    rows = []
+    with _one_rank_group(dev):
+        for width in widths:
+            for n in counts:
+                times: dict[str, list[tuple[float, float]]] = {"compute": [], "wfbp": []}
+                cases = {}
+                for name in times:
+                    torch.manual_seed(0)
+                    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(n)]).to(dev)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+                    comm = Comm(0, 1, dev)
+                    algo = Algorithm() if name == "compute" else create(name, {})
+                    model = algo.setup(net, optimizer, comm, Config(nproc=1, batch_size=batch_size, momentum=0.9).facts())
+                    cases[name] = (algo, optimizer, model)
+                x = torch.randn(batch_size, width, device=dev)
+                y = torch.randint(0, width, (batch_size,), device=dev)
+                for step in range(warmup + reps):
+                    for name, (algo, optimizer, model) in cases.items():
+                        sync()
+                        t0 = time.perf_counter()
+                        train_step(algo, optimizer, model, F.cross_entropy, x, y, step)
+                        issued = time.perf_counter() - t0
+                        sync()
+                        if step >= warmup:
+                            times[name].append((issued, time.perf_counter() - t0))
+                for algo, _, _ in cases.values():
+                    algo.finalize()
+                    algo.close()
+                med = {name: [statistics.median(t[i] for t in got) for i in (0, 1)] for name, got in times.items()}
+                rows.append(dict(path=HOOKED, nbytes=4 * width * width, calls=n,
+                                 issue_s=(med["wfbp"][0] - med["compute"][0]) / n,
+                                 call_s=(med["wfbp"][1] - med["compute"][1]) / n))
+                del cases
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+    return pd.DataFrame(rows).assign(device=_device_name(dev))
 
 
 def _call_rows(comm, sizes: tuple[int, ...], counts: tuple[int, ...], reps: int) -> list[dict]:
