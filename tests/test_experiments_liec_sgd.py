@@ -41,7 +41,7 @@ def test_methods_and_setups() -> None:
 
 def test_registration_at_the_quick_profile_is_the_committed_one() -> None:
     claims = Claims("02_liec_sgd")
-    ls.register_claims(claims, ls.setups("mlp", "digits", []), [32, 100], 5)
+    ls.register_claims(claims, ls.setups("mlp", "digits", []), [32, 100], 10)
     committed = json.loads((REGISTERED / "02_liec_sgd.json").read_text())["tests"]
     assert claims.registered_tests() == committed
     more = Claims("02_liec_sgd")
