@@ -65,11 +65,13 @@ def test_network_and_accuracy_runs_name_every_variant(monkeypatch) -> None:
     calls = []
     monkeypatch.setattr(ssd_exp, "run", lambda **kw: calls.append(kw) or _result(acc=0.5 + len(calls) / 100))
     runs = ssd_exp.network_runs({"steps": 2}, SSD, 5, [2, 5, 10], "1Mbit,1ms")
-    assert list(runs) == ["S-SGD", "local SGD k=5", "OD-SGD (k=1)", "SSD-SGD k=2", "SSD-SGD k=5", "SSD-SGD k=10",
-                          "SSD-SGD k=5, no warm-up", "SSD-SGD k=5, rule none", "SSD-SGD k=5, rule dc (shown)"]
-    assert [c["name"] for c in calls] == ["ssgd", "local_sgd_k5", "od_sgd", "ssd_k2", "ssd_k5", "ssd_k10",
+    assert list(runs) == ["S-SGD", "DDP", "local SGD k=5", "OD-SGD (k=1)", "SSD-SGD k=2", "SSD-SGD k=5",
+                          "SSD-SGD k=10", "SSD-SGD k=5, no warm-up", "SSD-SGD k=5, rule none",
+                          "SSD-SGD k=5, rule dc (shown)"]
+    assert [c["name"] for c in calls] == ["ssgd", "ddp", "local_sgd_k5", "od_sgd", "ssd_k2", "ssd_k5", "ssd_k10",
                                           "ssd_k5_nowarm", "ssd_k5_none", "ssd_k5_dc"]
-    assert calls[6]["params"] == {**SSD, "period": 5, "warmup": 0} and {c["net"] for c in calls} == {"1Mbit,1ms"}
+    assert calls[1]["algo"] == "ddp" and calls[0]["algo"] == "ssgd"
+    assert calls[7]["params"] == {**SSD, "period": 5, "warmup": 0} and {c["net"] for c in calls} == {"1Mbit,1ms"}
     calls.clear()
     acc, pulled, acc_runs = ssd_exp.accuracy_runs({"data": "digits", "seed": 0}, SSD, [2, 5], 5, "mnist", [3, 4])
     assert calls[1]["name"] == "ssd_sgd_warmup30_local_lr_scale4.0_local_rulecosdcasgd_period2_mnist_s3"
@@ -84,10 +86,13 @@ def test_summary_and_latency_gain_tables() -> None:
     table = ssd_exp.summary_table(runs, nproc=4)
     assert list(table.method) == ["S-SGD", "SSD-SGD k=5"] and table["blocked on communication (s/rank)"].iloc[0] == 1.0
     assert table["test acc (local)"].iloc[0] == 0.9 and table["test acc (pulled)"].iloc[0] == 0.8
-    low = {"S-SGD": _result(throughput=100.0, steps=[1.2, 1.2]), "SSD-SGD k=5": _result(throughput=110.0)}
+    # the gain is over the faster baseline on each network: DDP on "lo", the kit's S-SGD on "hi"
+    runs["DDP"] = _result(throughput=90.0, steps=[9.0, 9.0])
+    low = {"S-SGD": _result(throughput=100.0, steps=[9.0, 9.0]), "DDP": _result(throughput=101.0, steps=[1.2, 1.2]),
+           "SSD-SGD k=5": _result(throughput=111.1)}
     gain, growth, tp = ssd_exp.latency_gain({"lo": low, "hi": runs}, "lo", "hi", 5, 1)
-    assert gain.to_dict() == pytest.approx({"lo": 0.1, "hi": 0.5})
-    assert list(growth) == pytest.approx([0.8, 0.8]) and len(tp) == 4
+    assert gain.to_dict() == pytest.approx({("lo", "DDP"): 0.1, ("hi", "S-SGD"): 0.5})
+    assert list(growth) == pytest.approx([0.8, 0.8]) and len(tp) == 6
 
 
 def test_decide_accuracy_pairs_the_seeds_per_test_image() -> None:

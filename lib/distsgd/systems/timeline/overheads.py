@@ -378,6 +378,22 @@ def measure_gpu_calls(sizes: tuple[int, ...] = (2**12, 2**16, 2**20, 2**24, 2**2
     return pd.DataFrame(rows).assign(device=_device_name(dev))
 
 
+def _chain_case(algo: str, width: int, n: int, batch_size: int, dev) -> tuple:
+    """(algorithm, optimizer, model) of `measure_hooked_calls`: `algo` ("compute": none) set up on one rank
+    over a chain of n bias-free Linear(width, width) layers drawn after seed 0."""
+    import torch
+
+    from ...algorithms import Algorithm, create
+    from ...comm import Comm
+    from ...training.config import Config
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(n)]).to(dev)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+    runner = Algorithm() if algo == "compute" else create(algo, {})
+    model = runner.setup(net, optimizer, Comm(0, 1, dev), Config(nproc=1, batch_size=batch_size, momentum=0.9).facts())
+    return runner, optimizer, model
+
+
 def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple[int, ...] = (8, 64, 256),
                          reps: int = 7, warmup: int = 3, batch_size: int = 8, device: str = "cuda") -> pd.DataFrame:
     """The per-collective cost in place (issue 33 item 2; rule fixed before the third GPU check, 2026-11-27):
@@ -398,9 +414,6 @@ def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple
     import torch
     import torch.nn.functional as F
 
-    from ...algorithms import Algorithm, create
-    from ...comm import Comm
-    from ...training.config import Config
     from ...training.step import train_step
     dev = _device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -409,15 +422,7 @@ def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple
         for width in widths:
             for n in counts:
                 times: dict[str, list[tuple[float, float]]] = {"compute": [], "wfbp": []}
-                cases = {}
-                for name in times:
-                    torch.manual_seed(0)
-                    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(n)]).to(dev)
-                    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
-                    comm = Comm(0, 1, dev)
-                    algo = Algorithm() if name == "compute" else create(name, {})
-                    model = algo.setup(net, optimizer, comm, Config(nproc=1, batch_size=batch_size, momentum=0.9).facts())
-                    cases[name] = (algo, optimizer, model)
+                cases = {name: _chain_case(name, width, n, batch_size, dev) for name in times}
                 x = torch.randn(batch_size, width, device=dev)
                 y = torch.randint(0, width, (batch_size,), device=dev)
                 for step in range(warmup + reps):
