@@ -294,3 +294,23 @@ def test_simulate_charges_the_committed_gpu_costs_on_a_gpu_profile() -> None:
     slow = dataclasses.replace(tiny, device="cuda", model=row.model, batch_size=int(row.batch_size))
     assert simulate(slow, "wfbp", 2, FREE_NET).step_s == simulate(slow, "wfbp", 2, FREE_NET, overheads=ov).step_s
     assert simulate(slow, "wfbp", 2, FREE_NET).step_s > 100 * simulate(slow, "wfbp", 2, FREE_NET, overheads=NONE).step_s
+
+
+def test_a_transfer_fit_that_fails_under_load_is_measured_again(monkeypatch) -> None:
+    """`measure_transfer`: times that do not grow with the size (a loaded machine) fit no bandwidth;
+    the measurement is taken again, up to `tries` times, and the last failure is raised."""
+    import pandas as pd
+
+    from distsgd.errors import ConfigError
+    from distsgd.systems import benchmark
+    from distsgd.systems.timeline.overheads import measure_transfer
+    sizes = (2**18, 2**20)
+    loaded = pd.DataFrame({"kind": "all_reduce", "nbytes": sizes, "p": 2, "measured_s": [2e-3, 1e-3]})
+    quiet = pd.DataFrame({"kind": "all_reduce", "nbytes": sizes, "p": 2, "measured_s": [1e-4, 4e-4]})
+    answers = [loaded, loaded, quiet]
+    monkeypatch.setattr(benchmark, "real_collective_times", lambda p, s, reps: answers.pop(0))
+    net = measure_transfer((2,), sizes)[2]
+    assert not answers and net.bandwidth_Bps > 0
+    answers[:] = [loaded, loaded]
+    with pytest.raises(ConfigError, match="no bandwidth fits"):
+        measure_transfer((2,), sizes, tries=2)

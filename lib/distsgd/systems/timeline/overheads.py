@@ -285,13 +285,25 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
 
 
 def measure_transfer(nprocs: tuple[int, ...] = (2, 4), sizes: tuple[int, ...] = (2**18, 2**20, 2**22, 2**23),
-                     reps: int = 5) -> dict[int, NetModel]:
+                     reps: int = 5, tries: int = 3) -> dict[int, NetModel]:
     """(c) The real (un-emulated) gloo all-reduce on this machine at each p of `nprocs`, as an
     alpha-beta network fitted to its times at `sizes` (`benchmark.real_collective_times`,
-    `comm.nccl_tests.fit_collective_times`)."""
+    `comm.nccl_tests.fit_collective_times`). On a loaded machine the medians may not grow with the
+    size, and no bandwidth fits them (ConfigError): measured again, up to `tries` times in all."""
     from ..benchmark import real_collective_times
     from ...comm.nccl_tests import fit_collective_times
-    return {p: fit_collective_times(real_collective_times(p, sizes, reps)) for p in nprocs}
+    from ...errors import ConfigError
+
+    def fitted(p: int) -> NetModel:
+        for attempt in range(tries):
+            try:
+                return fit_collective_times(real_collective_times(p, sizes, reps))
+            except ConfigError:
+                if attempt == tries - 1:
+                    raise
+        raise ValueError(f"tries = {tries}: at least 1")
+
+    return {p: fitted(p) for p in nprocs}
 
 
 def measure(net: str | None = None, nproc: int = 2, model: str = "mlp", batch_size: int = 16,
