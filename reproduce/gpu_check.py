@@ -6,7 +6,7 @@ Steps (all by default; `--steps` picks some, in this order):
    64 MB through the kit's `Comm` and through torch.distributed alone, host issue time and device
    time per call (`timeline.overheads.measure_gpu_calls`), and the cost in place, per all-reduce issued
    from a gradient hook inside a training step (WFBP on a chain of 8 to 256 layers of 4 KB to 1 MB,
-   `measure_hooked_calls`; what `simulate` charges since the third check) -> OUT/gpu_calls.csv.
+   `measure_hooked_calls`; what the validation step charges per collective since the third run) -> OUT/gpu_calls.csv.
 1. `host`: where a training step's time goes (`profiler.host_and_device`): the host's time to issue
    forward, backward and update, the device's own time, and the step, for the validated models at the
    validation's batch -> OUT/gpu_host.csv.
