@@ -24,7 +24,8 @@ besides the profile's layer times:
 (e) On a GPU host (`host_share` set) the costs are the host's, not the compute stream's: the host
     spends `host_share` seconds issuing each second of device compute (the model's
     ``host_forward_s + host_backward_s + host_update_s`` over its ``device_s``, measured by
-    `profiler.host_and_device` on that GPU) and `issue_s` per collective (`measure_gpu_calls`); the
+    `profiler.host_and_device` on that GPU) and `issue_s` per collective (`gpu_overheads`: the cost in
+    place, `measure_hooked_calls`, where measured; else `Comm`'s in a loop, `measure_gpu_calls`); the
     device waits for the host only where the host falls behind (`streams.Rank`). Copies there are
     device kernels at memory speed and the transfer is NCCL's (no `copy_Bps`, no `transfer`).
 
