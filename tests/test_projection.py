@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from distsgd.verdicts import projection as pj
@@ -156,3 +157,23 @@ def test_simulate_case_is_the_sweeps_row():
     row = pj.project(prof, [case], [8], ["10GbE"], 4, "PCIe3").iloc[0]
     assert pred.step_s == row.step_s and len(pred.tuning) == 3
     assert pred.net.startswith("DeAR tuned, projection: toy b8")
+
+
+def test_every_fabric_the_survey_measured_covers_its_projections():
+    from distsgd.comm.netmodel import parse_net
+    from distsgd.experiments import survey_systems
+
+    for spec in survey_systems.PROJ_NETS.values():               # 07's networks: 10GbE, 100GbE-TCP, IB-EDR
+        band = eb.measured_error("ps", spec)
+        assert band.rows == 3 * 3 * 4 and band.low < band.high   # BSP-, WFBP-, ByteScheduler-PS x 3 models x p
+    tcp = eb.measured_error("wfbp", "100GbE-TCP:100Gbit,20us")
+    assert tcp.methods == ("WFBP-A2A",) and tcp.rows == 12 and tcp.low != eb.measured_error("wfbp", "IB-EDR").low
+    same = [eb.measured_error("wfbp", "mine:100Gbit,20us"), eb.measured_error("wfbp", "mine", network=parse_net("100Gbit,20us"))]
+    assert all((b.low, b.high, b.rows, b.methods) == (tcp.low, tcp.high, tcp.rows, tcp.methods) for b in same)
+    for other in ("100GbE-TCP:100Gbit,5us", "100GbE-TCP"):       # the numbers decide, not the name
+        with pytest.raises(eb.Uncovered, match="no network"):
+            eb.measured_error("wfbp", other)
+    table = pd.DataFrame({"algo": ["wfbp", "wfbp"], "net": ["mine", "yours"], "step_s": [0.3, 0.3]})
+    out = eb.with_measured_error(table, {"mine": parse_net("100Gbit,20us"), "yours": parse_net("100Gbit,21us")})
+    assert out.measured_error[0].endswith("(12 survey rows)")
+    assert out.measured_error[1] == "not measured: the survey measured no network 'yours'"

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_committed_error_table_is_what_the_code_produces() -> None:
     committed = pd.read_csv(ROOT / survey.ERROR_CSV)
     table, fitted = survey.error_table()
-    assert list(committed.columns) == survey.COLUMNS and len(committed) == len(table) == 168
+    assert list(committed.columns) == survey.COLUMNS and len(committed) == len(table) == 3 * 3 * 7 * 4
     for column in survey.COLUMNS:
         if table[column].dtype.kind == "f":
             assert committed[column].to_numpy() == pytest.approx(table[column].to_numpy(), rel=1e-5), column
@@ -51,7 +51,7 @@ def test_measured_table_is_the_surveys() -> None:
     measured = survey.load_measured()
     assert len(measured) == 3 * 3 * 7 * 5                                # connections x models x methods x p
     assert set(measured.method) == set(survey.METHODS) and set(measured.model) == set(survey.MODELS)
-    assert set(survey.FABRICS) < set(measured.connection)
+    assert set(survey.FABRICS) == set(measured.connection)                # every connection it measured
     one = measured[measured.nproc == 1].groupby("model").throughput.unique()
     assert {m: list(v) for m, v in one.items()} == {"BERT-Base": [212.8], "BERT-Large": [49.0], "ResNet-50": [253.1]}
     row = measured[(measured.model == "ResNet-50") & (measured.method == "BSP-A2A") & (measured.nproc == 32)
@@ -70,3 +70,20 @@ def test_methods_are_configured_as_the_launch_scripts() -> None:
         assert m[name].algo == "ps" and m[name].params["partition_mb"] * mib == pytest.approx(4_096_000)
     assert m["BSP-PS"].params["bucket_mb"] * mib == m["BSP-A2A"].params["bucket_mb"] * mib == 536870912
     assert m["WFBP-PS"].params["bucket_mb"] == 0
+
+
+def test_the_docs_tables_are_the_committed_error_tables() -> None:
+    doc = (ROOT / "docs" / "simulator_error.md").read_text()
+    summary, signed = survey.markdown(survey.load_error()).split("\n\n")
+    assert summary in doc and signed in doc
+    other = survey.markdown(survey.load_error().assign(error=lambda t: t.error * 1.01)).split("\n\n")
+    assert not any(table in doc for table in other)                    # a table one percent off is caught
+
+
+def test_the_readme_gives_the_32_gpu_error_per_network_and_family() -> None:
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rows = survey.summary(survey.load_error()).loc["p = 32"].drop(index="all", level="connection")
+    assert len(rows) == 2 * len(survey.FABRICS)
+    for (connection, family), r in rows.iterrows():
+        text = f"{100 * r['median']:.1f}% / {100 * r['max']:.1f}% ({survey.NETWORK_NAMES[connection]}, {family})"
+        assert text in readme, text

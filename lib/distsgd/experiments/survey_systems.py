@@ -17,7 +17,7 @@ from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulato
 from ..verdicts.claims import Claims, Test
 from ..comm import named_net
 from ..systems.layer_profile import Profile
-from ..systems.timeline import validate as tv
+from ..systems.timeline import survey, validate as tv
 from ..systems.timeline.error_band import RatioBand
 
 # the survey's setting, fixed before the projection (not a parameter of the notebook)
@@ -25,7 +25,7 @@ PROJ_DEVICE = "V100-fp32"
 PROJ_MODELS = {"resnet50": 64, "densenet201": 32, "bert_base": 64, "bert_large": 8}   # model: batch per GPU
 PROJ_P, PROJ_NPROCS = 32, [4, 8, 16, 32]               # the survey's worker counts; claims at 32
 PROJ_GPUS_PER_NODE, PROJ_INTRA = 4, "PCIe3"
-PROJ_NETS = {"10gbe": "10GbE", "100gbe_tcp": "100GbE-TCP:100Gbit,20us", "ib_edr": "IB-EDR"}   # claim suffix: network
+PROJ_NETS = {"10gbe": "10GbE", "100gbe_tcp": survey.FABRICS["100GbE with TCP/IP"], "ib_edr": "IB-EDR"}   # claim suffix: network
 FABRICS = [named_net(spec)[0] for spec in PROJ_NETS.values()]   # the networks' names, as the projection labels them
 PROJ_CASES = [
     {"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"},        # BSP: one 512 MiB buffer
@@ -35,12 +35,7 @@ PROJ_CASES = [
 ]
 ALLREDUCE_ALGOS = ("no_overlap", "wfbp", "fusion", "mgwfbp", "bytescheduler")   # the best all-reduce schedule's candidates
 ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # their labels
-PUBLISHED_32 = {   # fabric -> model -> (BSP-A2A, WFBP-A2A, MG-WFBP), samples/s on 32 GPUs
-    "10GbE": {"resnet50": (4920.82, 5113.18, 6883.60), "bert_base": (1926.64, 2013.38, 1925.78), "bert_large": (105.10, 101.96, 105.02)},
-    "100GbE-TCP": {"resnet50": (5744.76, 6141.38, 7540.94), "bert_base": (2815.72, 2987.48, 3540.80), "bert_large": (187.00, 174.78, 191.46)},
-    "IB-EDR": {"resnet50": (7126.52, 7326.56, 7876.46), "bert_base": (4184.38, 4098.68, 4940.08), "bert_large": (375.22, 339.82, 400.16)},
-}
-PUBLISHED_METHODS = ["no overlap", "WFBP", "MG-WFBP"]   # the kit's labels of BSP-A2A, WFBP-A2A, MG-WFBP
+PUBLISHED = {"BSP-A2A": "no overlap", "WFBP-A2A": "WFBP", "MG-WFBP": "MG-WFBP"}   # survey method: the kit's label
 
 
 def bench_networks(models: Sequence[str], net_reference: str, networks: Sequence[str],
@@ -219,13 +214,17 @@ def decide_projection(claims: Claims, bands: dict[str, RatioBand | None], profil
 
 
 def versus_published(proj: pd.DataFrame, out: Path) -> pd.DataFrame:
-    """The projected throughput at 32 workers against the survey's published one (`PUBLISHED_32`:
-    BSP-A2A, WFBP-A2A and MG-WFBP per fabric and model), with projected / published; written to
-    out/projection_vs_published.csv."""
+    """The projected throughput at 32 workers against the survey's published one (`PUBLISHED`:
+    BSP-A2A, WFBP-A2A and MG-WFBP per fabric and model, from `timeline.survey`'s measured table),
+    with projected / published; written to out/projection_vs_published.csv."""
     at = proj[proj.nproc == PROJ_P].set_index(["fabric", "model", "label"])
-    check = pd.DataFrame([{"fabric": f, "model": m, "method": lab, "published": v, "projected": at.throughput[(f, m, lab)]}
-                          for f, per in PUBLISHED_32.items() for m, vals in per.items()
-                          for lab, v in zip(PUBLISHED_METHODS, vals)])
+    fabric = {c: named_net(spec)[0] for c, spec in survey.FABRICS.items()}
+    rows = survey.load_measured().query("nproc == @PROJ_P and method in @PUBLISHED")
+    check = pd.DataFrame({"fabric": rows.connection.map(fabric), "model": rows.model.map(survey.MODELS),
+                          "method": rows.method.map(PUBLISHED), "published": rows.throughput})
+    order = {key: i for i, key in enumerate([*FABRICS, *survey.MODELS.values(), *PUBLISHED.values()])}
+    check = check.sort_values(["fabric", "model", "method"], key=lambda c: c.map(order), ignore_index=True)
+    check["projected"] = [at.throughput[key] for key in zip(check.fabric, check.model, check.method)]
     check["projected / published"] = check.projected / check.published
     check.to_csv(out / "projection_vs_published.csv", index=False)
     return check

@@ -17,7 +17,7 @@ from ..verdicts import projection as pj
 from ..verdicts.analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
 from ..verdicts.claims import Claims
 from ..paths import repo_root
-from ..systems.timeline import validate as tv
+from ..systems.timeline import survey, validate as tv
 
 # the projection's setting, the same in every profile; the survey's settings (timeline.survey): BSP's 512 MiB
 # buffer, Horovod's 64 MB fusion, ByteScheduler 4 MB / 16 MB, BytePS's 4,096,000-byte partitions; DDP and DeAR
@@ -137,6 +137,15 @@ def show_gpu_validation(out: Path, path: Path | None = None) -> pd.DataFrame | N
     tv.plot(table, out / "gpu_validation.png", f"{table.device.iloc[0]}, p = 1, NCCL: profile vs step",
             label="reported (one GPU)")
     return table
+
+
+def show_survey_error(out: Path) -> pd.DataFrame:
+    """The simulator's committed error on the survey's real cluster (`timeline.survey`,
+    reproduce/validation/survey_error.csv): median and max |error| per p range, fabric and schedule
+    family, and predicted vs measured per row (out/survey_error.png). Returns the summary."""
+    table = survey.load_error()
+    survey.plot(table, out / "survey_error.png")
+    return survey.summary(table)
 
 
 def project_with_invariants(claims: Claims, out: Path) -> pd.DataFrame:

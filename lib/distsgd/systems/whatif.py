@@ -236,7 +236,8 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
                             .assign(algo=algo, nproc=p, net=net)
                             for algo in algos for net, topo in topologies.items() for p in nprocs], ignore_index=True)
         issued = issued[["algo", "nproc", "net", *COLLECTIVE_COLUMNS]]
-    return WhatIf(with_measured_error(table), profile, source, fit, issued)
+    return WhatIf(with_measured_error(table, {net: topo.inter for net, topo in topologies.items()}), profile, source,
+                  fit, issued)
 
 
 def recommend(df: pd.DataFrame) -> list[str]:

@@ -7,7 +7,9 @@ any projection is made:
 
 - A projected step time of schedule `algo` on fabric `net` is covered when the survey measured
   that schedule (`timeline.survey.METHODS`: no_overlap, wfbp, mgwfbp, bytescheduler, ps) on that
-  fabric (`net` is the preset a survey connection was fitted from: "10GbE" or "IB-EDR"). Its band
+  fabric (`net`, a preset or a network spec, is the network a survey connection's fit starts from,
+  `timeline.survey.FABRICS`: 10GbE, 100GbE-TCP = 100 Gbit/s with 20 us, or IB-EDR; compared by bandwidth
+  and latency, not by name). Its band
   is [lo, hi], the smallest and largest error (predicted / measured - 1) of every row of that
   schedule and fabric (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi].
 - A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
@@ -23,10 +25,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
+from ...comm.netmodel import NetModel, named_net, parse_net
+from ...errors import ConfigError
 from ...paths import repo_root
 from .survey import ERROR_CSV, FABRICS, METHODS
 
@@ -57,19 +61,30 @@ def _error_table(path: Path) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def measured_error(algo: str, net: str, table: Path | None = None) -> ErrorBand:
-    """The measured error band of schedule `algo` on fabric `net` (module doc), from the committed
-    `survey_error.csv` (or `table`); `Uncovered` with the reason where no row covers them."""
+def measured_error(algo: str, net: str, table: Path | None = None, network: NetModel | None = None) -> ErrorBand:
+    """The measured error band of schedule `algo` on fabric `net` (a network spec, or the label of
+    `network`; module doc), from the committed `survey_error.csv` (or `table`); `Uncovered` with the
+    reason where no row covers them."""
     methods = tuple(m for m, spec in METHODS.items() if spec.algo == algo)
     if not methods:
         measured = sorted({spec.algo for spec in METHODS.values()})
         raise Uncovered(f"the survey measured no {algo} (its schedules: {', '.join(measured)})")
-    connection = {preset: c for c, preset in FABRICS.items()}.get(net)
+    fabrics = {named_net(spec): c for c, spec in FABRICS.items()}       # (label, network) -> connection
+    network = network or _network(net)
+    connection = next((c for (_, model), c in fabrics.items() if model == network), None)
     if connection is None:
         raise Uncovered(f"the survey measured no network {net!r} (its fabrics: {', '.join(FABRICS.values())})")
     df = _error_table(Path(table or repo_root(Path(__file__).parent) / ERROR_CSV))
     rows = df[df.method.isin(methods) & (df.connection == connection)]
     return ErrorBand(algo, net, float(rows.error.min()), float(rows.error.max()), len(rows), methods)
+
+
+def _network(net: str) -> NetModel | None:
+    """The network of spec `net`; None for a bare label (a sweep's "mine")."""
+    try:
+        return parse_net(net)
+    except ConfigError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -108,14 +123,15 @@ def ratio_band(numerator: Sequence[tuple[str | tuple[str, ...], str]],
     return RatioBand(tuple((band(a, n), 1) for a, n in numerator) + tuple((band(a, n), -1) for a, n in denominator))
 
 
-def with_measured_error(table: pd.DataFrame) -> pd.DataFrame:
+def with_measured_error(table: pd.DataFrame, nets: Mapping[str, NetModel] | None = None) -> pd.DataFrame:
     """A `timeline.sweep` table (columns algo, net, step_s) with the simulator's measured error
     beside each prediction: `measured_error` (the band, or why none covers the row) and the
-    step-time range it gives, `step_s_low`..`step_s_high` (= step_s / (1 + e)), NaN where uncovered."""
+    step-time range it gives, `step_s_low`..`step_s_high` (= step_s / (1 + e)), NaN where uncovered.
+    `nets`: the network of each label of the `net` column (else the label is read as a spec)."""
     bands, lows, highs = [], [], []
     for algo, net, step in zip(table.algo, table.net, table.step_s):
         try:
-            band = measured_error(algo, net)
+            band = measured_error(algo, net, network=(nets or {}).get(net))
         except Uncovered as exc:
             bands.append(f"not measured: {str(exc).split(' (')[0]}")
             lows.append(float("nan"))

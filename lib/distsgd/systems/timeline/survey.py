@@ -4,8 +4,9 @@ Network 2021) predicted row by row and compared with its published throughputs.
 
 Measured (`MEASURED_CSV`, from `SOURCE`): throughput (samples/s over all GPUs, mean of 5 runs) of
 7 methods x ResNet-50 (batch 64 per GPU) / BERT-Base (64, sentence length 64) / BERT-Large (8) x
-10GbE (TCP/IP) and 100 Gb/s InfiniBand (RDMA) x 4, 8, 16, 32 V100-PCIe GPUs in machines of 4, and
-each model's single-GPU throughput. Step time = batch x p / throughput.
+three connections (`FABRICS`: 10GbE with TCP/IP; 100 Gb/s InfiniBand with RDMA; "100GbE with TCP/IP",
+TCP over the same InfiniBand NICs, `rdma=2` in the survey's `benchmarks.py`) x 4, 8, 16, 32 V100-PCIe
+GPUs in machines of 4, and each model's single-GPU throughput. Step time = batch x p / throughput.
 
 Predicted (`predict`): `timeline.simulate` of the method as the survey's launch scripts configure
 it (`METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/horovod_mpi_cj.sh`,
@@ -33,10 +34,10 @@ what-if CLI's compute contention (0.189, `effects.WHATIF`, arXiv 2507.03114); no
 
 Fitted (`fit`), and nothing else: per fabric the bandwidth of the inter-node link, and the
 bandwidth of PCIe, each by least squares on the relative error of the ResNet-50 BSP-A2A (no
-overlap) rows: p = 4 for PCIe (both fabrics' rows), p = 8 and 16 for each fabric. The latencies
-stay the presets' (10GbE 20 us, IB-EDR 2 us, PCIe3 1 us; `comm.netmodel`): these rows carry one
-message size, so a latency is identified only by the 2(p-1) growth from p = 8 to 16, and fitted
-so (`fit(fit_latency=True)`, the CLI's --fit-latency) it reads 154 us on 10GbE and 71 us on IB,
+overlap) rows: p = 4 for PCIe (every fabric's row), p = 8 and 16 for each fabric. The latencies
+stay the presets' (10GbE 20 us, IB-EDR 2 us, PCIe3 1 us; `comm.netmodel`; TCP over InfiniBand: the
+10GbE preset's TCP latency): these rows carry one message size, so a latency is identified only by
+the 2(p-1) growth from p = 8 to 16, and fitted so (`fit(fit_latency=True)`, the CLI's --fit-latency) it reads 154 us on 10GbE and 71 us on IB,
 which makes every per-partition all-reduce of ByteScheduler pay 2(p-1) of them (+164% at p = 16
 on ResNet-50 over 10GbE). The 32-GPU rows are never fitted to: they are the final check (`split`
 "check"). No per-schedule or per-model factor.
@@ -67,7 +68,10 @@ SOURCE = {"repo": "HKBU-HPML/ddl-benchmarks", "path": "results/2020-05-29/README
 MEASURED_CSV = Path("reproduce") / "validation" / "survey_measured.csv"
 ERROR_CSV = Path("reproduce") / "validation" / "survey_error.csv"
 MODELS = {"ResNet-50": "resnet50", "BERT-Base": "bert_base", "BERT-Large": "bert_large"}
-FABRICS = {"10GbE with TCP/IP": "10GbE", "100GbIB with RDMA": "IB-EDR"}   # connection -> preset (fit's start)
+# connection -> the network the fit starts from (a preset, or NAME:bandwidth,latency: TCP over the
+# InfiniBand NIC at its peak rate with TCP's latency); the projections name a fabric by its label
+FABRICS = {"10GbE with TCP/IP": "10GbE", "100GbE with TCP/IP": "100GbE-TCP:100Gbit,20us",
+           "100GbIB with RDMA": "IB-EDR"}
 INTRA_PRESET = "PCIe3"
 GPUS_PER_NODE = 4
 FIT_METHOD = "BSP-A2A"
@@ -167,9 +171,9 @@ def fit(measured: pd.DataFrame, profs: dict[str, Profile], fit_latency: bool = F
                      lambda r, net: predict_step(profs[r.model], r.method, r.nproc, net, net), start_intra,
                      fit_latency=False)
     inter = {}
-    for connection, preset in FABRICS.items():
+    for connection, spec in FABRICS.items():
         fabric_rows = rows[(rows.connection == connection) & (rows.nproc > GPUS_PER_NODE) & (rows.nproc < CHECK_NPROC)]
-        start = parse_net(preset)
+        start = parse_net(spec)
         assert start is not None
         inter[connection] = fit_link(fabric_rows,
                                      lambda r, net: predict_step(profs[r.model], r.method, r.nproc, intra, net), start,
@@ -178,7 +182,7 @@ def fit(measured: pd.DataFrame, profs: dict[str, Profile], fit_latency: bool = F
 
 
 def error_table(measured: pd.DataFrame | None = None, fit_latency: bool = False) -> tuple[pd.DataFrame, Fit]:
-    """(every row of the survey's table on the two fabrics with p >= 4: measured vs predicted
+    """(every row of the survey's table with p >= 4: measured vs predicted
     (`COLUMNS`; error = predicted / measured step - 1; split "fit", "develop" (p <= 16) or "check"
     (p = 32)), the fit); `fit_latency` as `fit`'s."""
     measured = load_measured() if measured is None else measured
@@ -207,6 +211,67 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([by, total]).sort_index()
 
 
+NETWORK_NAMES = {"10GbE with TCP/IP": "10GbE", "100GbE with TCP/IP": "TCP over IB", "100GbIB with RDMA": "IB (RDMA)",
+                 "all": "all"}                 # the short names of docs/simulator_error.md's tables
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """docs/simulator_error.md's two tables, from the error table: median and max |error| per p
+    range, connection and family (`summary`), and the signed error (%) of every 32-GPU row."""
+    lines = ["| rows | network | family | median | max | rows |", "|---|---|---|---|---|---|"]
+    order = {c: i for i, c in enumerate([*FABRICS, "all"])}
+    rows = summary(table).sort_index(key=lambda level: level.map(order) if level.name == "connection" else level)
+    for (rng, connection, family), r in rows.iterrows():
+        lines.append(f"| {rng} | {NETWORK_NAMES[connection]} | {family} | {100 * r['median']:.1f}% | "
+                     f"{100 * r['max']:.1f}% | {int(r['count'])} |")
+    check = table[table.nproc == CHECK_NPROC].pivot_table(index=["connection", "model"], columns="method",
+                                                         values="error").reindex(list(FABRICS), level="connection")
+    lines += ["", "| network | model | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    for (connection, model), r in check.iterrows():
+        lines.append(f"| {NETWORK_NAMES[connection]} | {model} | "
+                     + " | ".join(f"{100 * r[m]:+.1f}" for m in METHODS) + " |")
+    return "\n".join(lines)
+
+
+def load_error(path: Path | None = None) -> pd.DataFrame:
+    """The committed error table (`ERROR_CSV`, written by `write`)."""
+    return pd.read_csv(path or repo_root(Path(__file__).parent) / ERROR_CSV)
+
+
+def plot(table: pd.DataFrame, path: Path, band: float = 0.15) -> Path:
+    """Predicted against measured step time of every row (log-log), one panel per connection: the
+    all-reduce and PS families in two colours, the 32-GPU check rows as triangles, the diagonal
+    and a ±`band` region around it."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+    connections = list(FABRICS)
+    fig, axes = plt.subplots(1, len(connections), figsize=(5 * len(connections), 4.6), sharex=True, sharey=True)
+    lim = np.array([0.8 * min(table.measured_s.min(), table.predicted_s.min()),
+                    1.25 * max(table.measured_s.max(), table.predicted_s.max())])
+    for ax, connection in zip(axes, connections):
+        rows = table[table.connection == connection]
+        for (family, check), g in rows.groupby(["family", rows.split == "check"]):
+            ax.scatter(g.measured_s, g.predicted_s, marker="^" if check else "o", s=28,
+                       color="C0" if family == "all-reduce" else "C3", alpha=0.8,
+                       label=f"{family}, {'p = 32 (check)' if check else 'p <= 16'}")
+        ax.plot(lim, lim, "k-", lw=0.8)
+        ax.fill_between(lim, lim * (1 - band), lim * (1 + band), color="grey", alpha=0.2, label=f"±{band:.0%}")
+        ax.set(xscale="log", yscale="log", xlabel="measured step (s)", title=f"{connection}, {rows.inter.iloc[0]}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+    axes[0].set_ylabel("simulated step (s)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("the simulator against the survey's 4-32 V100 cluster (ResNet-50, BERT-Base, BERT-Large)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
 def write(path: Path | None = None, fit_latency: bool = False) -> tuple[Path, pd.DataFrame, Fit]:
     """Compute the error table and write it (default `ERROR_CSV`, floats to 6 significant digits)."""
     table, fitted = error_table(fit_latency=fit_latency)
@@ -220,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m distsgd.systems.timeline.survey [--csv PATH]`: write the table, print the fit and summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=None, help=f"where to write the table (default {ERROR_CSV})")
+    parser.add_argument("--markdown", action="store_true", help="also print docs/simulator_error.md's tables")
     parser.add_argument("--fit-latency", action="store_true",
                         help="fit each fabric's latency too (module doc; not the committed table)")
     args = parser.parse_args(argv)
@@ -227,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(fitted.describe())
     with pd.option_context("display.width", 200):
         print(summary(table).to_string(float_format=lambda v: f"{v:.3f}"))
+    if args.markdown:
+        print(markdown(table))
     print(f"wrote {path}")
     return 0
 
