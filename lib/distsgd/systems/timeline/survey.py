@@ -37,10 +37,10 @@ bandwidth of PCIe, each by least squares on the relative error of the ResNet-50 
 overlap) rows: p = 4 for PCIe (every fabric's row), p = 8 and 16 for each fabric. The latencies
 stay the presets' (10GbE 20 us, IB-EDR 2 us, PCIe3 1 us; `comm.netmodel`; TCP over InfiniBand: the
 10GbE preset's TCP latency): these rows carry one message size, so a latency is identified only by
-the 2(p-1) growth from p = 8 to 16, and fitted so (`fit(fit_latency=True)`, the CLI's --fit-latency) it reads 154 us on 10GbE and 71 us on IB,
-which makes every per-partition all-reduce of ByteScheduler pay 2(p-1) of them (+164% at p = 16
-on ResNet-50 over 10GbE). The 32-GPU rows are never fitted to: they are the final check (`split`
-"check"). No per-schedule or per-model factor.
+the 2(p-1) growth from p = 8 to 16, and fitted so (`fit(fit_latency=True)`, the CLI's
+--fit-latency) it reads 154 us on 10GbE and 71 us on IB, which makes every per-partition all-reduce
+of ByteScheduler pay 2(p-1) of them (+164% at p = 16 on ResNet-50 over 10GbE). The 32-GPU rows are
+never fitted to: they are the final check (`split` "check"). No per-schedule or per-model factor.
 """
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ MEASURED_CSV = Path("reproduce") / "validation" / "survey_measured.csv"
 ERROR_CSV = Path("reproduce") / "validation" / "survey_error.csv"
 MODELS = {"ResNet-50": "resnet50", "BERT-Base": "bert_base", "BERT-Large": "bert_large"}
 # connection -> the network the fit starts from (a preset, or NAME:bandwidth,latency: TCP over the
-# InfiniBand NIC at its peak rate with TCP's latency); the projections name a fabric by its label
+# InfiniBand NIC at its peak rate with TCP's latency); a projection on that network is covered by the
+# connection's rows (`error_band`)
 FABRICS = {"10GbE with TCP/IP": "10GbE", "100GbE with TCP/IP": "100GbE-TCP:100Gbit,20us",
            "100GbIB with RDMA": "IB-EDR"}
 INTRA_PRESET = "PCIe3"
