@@ -67,7 +67,8 @@ def test_a_notebook_shows_its_own_row(tmp_path, monkeypatch) -> None:
     row = claims.headline().data
     assert list(row.columns) == ["paper", "headline", "how", "verdict", "reason"]
     assert row.verdict.tolist() == ["reproduced"] and row.paper[0].startswith("LIEC-SGD")
-    assert "white-space: pre-wrap" in claims.headline().to_html()          # read in full, not cut at 50
+    html = claims.headline().to_html()
+    assert "white-space: pre-wrap" in html and "overflow-wrap: anywhere" in html   # read in full, not cut at 50
     assert headline_table(claims.table().assign(notebook="00_baselines")).empty   # no paper, no row
 
 

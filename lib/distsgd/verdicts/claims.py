@@ -367,9 +367,12 @@ VERDICT_COLOURS = {REPRODUCED: "#d4edda", CONTRADICTED: "#f8d7da", INCONCLUSIVE:
 
 def readable(table: pd.DataFrame) -> "pd.io.formats.style.Styler":
     """`table` styled for a notebook: no index, text wrapped in full and left-aligned, a `verdict`
-    column coloured by verdict."""
+    column coloured by verdict. A token longer than a column's 12-character minimum (a claim id,
+    "(paired_accuracy_interval)") may break anywhere, so that the table fits the page's width
+    (JupyterLab in Chromium at 1280 px: `reproduce/browser_check.py`)."""
     style = (table.style.hide(axis="index")
-             .set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+             .set_properties(**{"white-space": "pre-wrap", "overflow-wrap": "anywhere", "min-width": "12ch",
+                                "text-align": "left", "vertical-align": "top"})
              .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}]))
     if "verdict" in table.columns:
         style = style.map(lambda v: f"background-color: {VERDICT_COLOURS[v]}" if v in VERDICT_COLOURS else "",
