@@ -29,10 +29,9 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from ...comm.netmodel import NetModel, named_net, parse_net
+from ...comm.netmodel import NetModel, parse_net
 from ...errors import ConfigError
-from ...paths import repo_root
-from .survey import ERROR_CSV, FABRICS, METHODS
+from .survey import FABRICS, METHODS, load_error
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,7 @@ class Uncovered(ValueError):
     """No real-cluster measurement covers a projected setting (the reason is the message)."""
 
 
-@functools.cache
-def _error_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path)
+_error_table = functools.cache(load_error)           # read once per path
 
 
 def measured_error(algo: str, net: str, table: Path | None = None, network: NetModel | None = None) -> ErrorBand:
@@ -69,12 +66,10 @@ def measured_error(algo: str, net: str, table: Path | None = None, network: NetM
     if not methods:
         measured = sorted({spec.algo for spec in METHODS.values()})
         raise Uncovered(f"the survey measured no {algo} (its schedules: {', '.join(measured)})")
-    fabrics = {named_net(spec): c for c, spec in FABRICS.items()}       # (label, network) -> connection
-    network = network or _network(net)
-    connection = next((c for (_, model), c in fabrics.items() if model == network), None)
+    connection = {parse_net(spec): c for c, spec in FABRICS.items()}.get(network or _network(net))
     if connection is None:
         raise Uncovered(f"the survey measured no network {net!r} (its fabrics: {', '.join(FABRICS.values())})")
-    df = _error_table(Path(table or repo_root(Path(__file__).parent) / ERROR_CSV))
+    df = _error_table(Path(table) if table else None)
     rows = df[df.method.isin(methods) & (df.connection == connection)]
     return ErrorBand(algo, net, float(rows.error.min()), float(rows.error.max()), len(rows), methods)
 

@@ -234,9 +234,14 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def error_csv() -> Path:
+    """Where the committed error table lies (`ERROR_CSV` in this checkout)."""
+    return repo_root(Path(__file__).parent) / ERROR_CSV
+
+
 def load_error(path: Path | None = None) -> pd.DataFrame:
-    """The committed error table (`ERROR_CSV`, written by `write`)."""
-    return pd.read_csv(path or repo_root(Path(__file__).parent) / ERROR_CSV)
+    """The committed error table (`error_csv()`, written by `write`), or the one at `path`."""
+    return pd.read_csv(path or error_csv())
 
 
 def plot(table: pd.DataFrame, path: Path, band: float = 0.15) -> Path:
@@ -276,7 +281,7 @@ def plot(table: pd.DataFrame, path: Path, band: float = 0.15) -> Path:
 def write(path: Path | None = None, fit_latency: bool = False) -> tuple[Path, pd.DataFrame, Fit]:
     """Compute the error table and write it (default `ERROR_CSV`, floats to 6 significant digits)."""
     table, fitted = error_table(fit_latency=fit_latency)
-    path = Path(path or repo_root(Path(__file__).parent) / ERROR_CSV)
+    path = Path(path or error_csv())
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path, index=False, float_format="%.6g")
     return path, table, fitted
