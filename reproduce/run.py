@@ -93,7 +93,7 @@ DEFAULT_PROFILES_DIR = REPO_ROOT / "reproduce" / "profiles"
 DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
 DEFAULT_FIGURES_DIR = REPO_ROOT / "figures"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-PROFILE_KEYS = frozenset({"defaults", "notebooks"})
+PROFILE_KEYS = frozenset({"defaults", "notebooks", "pilots"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
@@ -164,6 +164,7 @@ class Profile:
     path: Path
     defaults: dict[str, Any]
     notebooks: dict[str, dict[str, Any]]
+    pilots: dict[str, dict[str, Any]] = field(default_factory=dict)   # reproduce/register.py --pilot
 
 
 @dataclass
@@ -239,7 +240,9 @@ def load_profile(name: str, profiles_dir: Path) -> Profile:
         str(nb): _mapping(params, f"profile {path}: notebooks.{nb}")
         for nb, params in notebooks_raw.items()
     }
-    return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks)
+    pilots = {str(nb): _mapping(p, f"profile {path}: pilots.{nb}")
+              for nb, p in _mapping(data.get("pilots"), f"profile {path}: 'pilots'").items()}
+    return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks, pilots=pilots)
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:

@@ -3,25 +3,26 @@
 Each paper claim comes with a test fixed before the run, what this run measured, and a verdict
 that can fail.
 
-A claim is *registered* before the runs (`Claims.register`): the quantity it is about, the side of
-a threshold on which it holds, and the statistic whose interval decides it (a `Test`). After the
-runs it is *decided* (`Claims.decide`) from that interval:
+A claim is *registered* before the runs (`Claims.register`): the quantity it is about, the claim's
+form (`FORMS`: a rate, as good as, better than, up to X), the side of a threshold on which it holds,
+where that threshold comes from (the paper's number, a pilot's seed spread, or the claim's own null)
+and the statistic whose interval decides it (a `Test`). After the runs it is *decided*
+(`Claims.decide`) from that interval:
 
-* ``reproduced``   the interval lies on the claim's side of the threshold;
+* ``reproduced``   the interval lies on the claim's side of the threshold (strictly beyond it for a
+  *better than* claim, so that a method equal to its baseline never reproduces it);
 * ``contradicted`` the interval lies on the other side;
 * ``inconclusive`` the interval contains the threshold, or a condition checked before the claim's
-  own measurement (`Claims.precheck`: the experiment's resolution is coarser than the claimed
-  effect, a machine cannot run the measurement) says it cannot be decided.
+  own measurement (`Claims.precheck`, or the registration's `undecidable`: the pilot shows that
+  this budget cannot decide it) says it cannot be decided.
 
 Identities that hold by construction (bytes from declared wire formats, 1 - 1/K reductions,
 identical trajectories of lossless schedules) are *invariants* (`Claims.invariant`): asserted
 always, shown in their own table, never counted as reproduced claims.
 
-The registered tests are written down before any run (`Claims.preregister`, in the notebook's
-registration cell): ``reproduce/registered/<profile>/<notebook>.json``, committed for the quick
-profile. A later run whose tests differ from that file fails before its first run, and no claim is
-decided without a registration; a new test is a new registration (delete the file, or register
-elsewhere with ``DISTSGD_REGISTERED=<folder>``), visible in the history.
+The registered tests are written down by a step of their own before the deciding runs
+(`distsgd.verdicts.registration`: ``reproduce/run.py --register``, logged); a notebook's run holds
+itself to them (`Claims.preregister`, in the notebook's registration cell) and never writes them.
 
 `Claims.check` asserts the invariants, that every registered claim was decided, and that every
 verdict equals the expected-verdict ledger ``reproduce/expected/<profile>.csv`` (`ledger`), whose
@@ -32,7 +33,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,18 +42,21 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from . import registration
+from .registration import REGISTERED_ENV, TEST_FIELDS, RegistrationError, registration_folder
 from .verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED, VERDICTS
 
 CLAIM_COLUMNS = ["id", "claim", "paper", "test", "estimate", "low", "high", "measured", "verdict", "reason"]
 INVARIANT_COLUMNS = ["invariant", "expected", "measured", "holds"]
 LEVEL = 0.95
 PROJECTED_PREFIX = "proj_"                 # the id of every projected claim (projection.register)
-REGISTERED_ENV = "DISTSGD_REGISTERED"     # a folder for this run's registrations instead of the committed one
-TEST_FIELDS = ("quantity", "side", "threshold", "statistic")
-
-
-class RegistrationError(RuntimeError):
-    """A claim's test differs from (or is missing in) its registration written before the runs."""
+FORMS = {
+    "rate": "a rate: a slope (log gap against log T, or against log N) compared with a margin",
+    "non-inferiority": "as good as: the interval on the claim's side of a stated margin",
+    "superiority": "better than: the interval strictly beyond the threshold, after a precheck of the premise",
+    "up-to": "up to X: the kit's estimate against the paper's X",
+}
+SOURCES = ("paper:", "pilot:", "null:")    # a threshold's source: the paper's number, a pilot's spread, the claim's null
 
 
 # --------------------------------------------------------------------------- intervals (scipy.stats)
@@ -147,7 +152,10 @@ def interval_or_nan(helper: Callable[..., tuple[float, float]], *values: object)
 @dataclass(frozen=True)
 class Test:
     """A claim's test, fixed before the run: the claim holds when `quantity` lies on `side` of
-    `threshold`, judged on the `statistic`'s interval (95% unless it says otherwise)."""
+    `threshold`, judged on the `statistic`'s interval (95% unless it says otherwise). `form` is the
+    claim's form (a key of `FORMS`); `source` says where the threshold comes from, starting with one
+    of `SOURCES`: "paper: <its table, figure or sentence, with the number>", "pilot: <the registered
+    pilot's statistic>", or "null: <the claim's own null, e.g. no difference>"."""
 
     __test__ = False    # not a pytest test class
 
@@ -155,21 +163,33 @@ class Test:
     side: str           # ">=" or "<=": the claim's side of the threshold
     threshold: float
     statistic: str
+    form: str
+    source: str
 
     def __post_init__(self) -> None:
         if self.side not in (">=", "<="):
             raise ValueError(f"Test.side must be '>=' or '<=', got {self.side!r}")
+        if self.form not in FORMS:
+            raise ValueError(f"Test.form must be one of {', '.join(FORMS)}, got {self.form!r}")
+        if not self.source.startswith(SOURCES) or not self.source.split(":", 1)[1].strip():
+            raise ValueError(f"Test.source must start with one of {', '.join(SOURCES)} and say where "
+                             f"{self.threshold:g} comes from, got {self.source!r}")
 
     def verdict(self, low: float, high: float) -> str:
-        """reproduced / contradicted / inconclusive for an interval [low, high] of the quantity."""
+        """reproduced / contradicted / inconclusive for an interval [low, high] of the quantity. A
+        superiority test reproduces only strictly beyond the threshold."""
         if not (math.isfinite(low) and math.isfinite(high)):
             return INCONCLUSIVE
+        strict = self.form == "superiority"
         if self.side == ">=":
-            return REPRODUCED if low >= self.threshold else CONTRADICTED if high < self.threshold else INCONCLUSIVE
-        return REPRODUCED if high <= self.threshold else CONTRADICTED if low > self.threshold else INCONCLUSIVE
+            holds = low > self.threshold if strict else low >= self.threshold
+            return REPRODUCED if holds else CONTRADICTED if high < self.threshold else INCONCLUSIVE
+        holds = high < self.threshold if strict else high <= self.threshold
+        return REPRODUCED if holds else CONTRADICTED if low > self.threshold else INCONCLUSIVE
 
     def __str__(self) -> str:
-        return f"{self.quantity} {self.side} {self.threshold:g} ({self.statistic})"
+        return (f"{self.form}: {self.quantity} {self.side} {self.threshold:g} ({self.statistic}); "
+                f"threshold from {self.source}")
 
 
 @dataclass
@@ -210,33 +230,48 @@ class Claims:
 
     def registered_tests(self) -> dict[str, dict]:
         """{claim id: its claim, paper and test fields}, as `preregister` writes them."""
-        return {c.id: {"claim": c.claim, "paper": c.paper, "quantity": c.test.quantity, "side": c.test.side,
-                       "threshold": c.test.threshold, "statistic": c.test.statistic} for c in self.claims.values()}
+        return {c.id: {"claim": c.claim, "paper": c.paper, **{f: getattr(c.test, f) for f in TEST_FIELDS}}
+                for c in self.claims.values()}
 
-    def preregister(self, dry_run: bool = False, folder: Path | None = None) -> Path | None:
-        """Write the registered tests down before any run, or hold them against the registration
-        already written: ``<folder>/<notebook>.json`` (`registration_folder`: $DISTSGD_REGISTERED,
-        else ``reproduce/registered/<profile>``). A file that exists is never rewritten; a test that
-        differs from it, or a claim it lacks or has in excess, raises `RegistrationError` naming
-        them, before the first run. A dry run (claims computed, not asserted) writes and compares
-        nothing. Returns the file (None in a dry run). `decide` refuses claims before this."""
+    def preregister(self, dry_run: bool = False, folder: Path | None = None,
+                    design: Mapping[str, Any] | None = None) -> Path | None:
+        """Hold the registered tests and the `design` (the deciding seeds and run length) to their
+        registration ``<folder>/<notebook>.json`` (`registration_folder`) before any run: none, or a
+        test, claim or design entry that differs, raises `RegistrationError` naming them. A claim the
+        registration calls undecidable is prechecked with its reason. The registration step
+        (``reproduce/run.py --register``, `registration.staging_file`) stages the registration with
+        the pilot's power instead, and the notebook stops there. A dry run (claims computed, not
+        asserted) compares nothing. Returns the registration (None in a dry run). `decide` refuses
+        claims before this."""
         self.preregistered = True
         if dry_run:
             return None
-        path = (folder or registration_folder()) / f"{self.notebook}.json"
-        tests = self.registered_tests()
-        if not path.is_file():
+        design = dict(design or {})
+        staging = registration.staging_file()
+        if staging is not None:
             from ..files import write_text_atomic
 
-            write_text_atomic(path, json.dumps({"notebook": self.notebook, "tests": tests}, indent=1) + "\n")
-            print(f"{len(tests)} tests registered in {path}")
-        else:
-            problems = registration_differences(tests, json.loads(path.read_text())["tests"])
-            if problems:
-                raise RegistrationError(
-                    f"{self.notebook}: the tests differ from their registration {path}:\n" + "\n".join(problems)
-                    + f"\nA changed test is a new registration: delete {path.name} (the change shows in the "
-                    f"history), or register this run's tests elsewhere with {REGISTERED_ENV}=<folder>.")
+            reg = registration.record(self.notebook, self.registered_tests(), design,
+                                      registration.read_pilot(self.notebook),
+                                      {c.id: c.test for c in self.claims.values()})
+            write_text_atomic(staging, json.dumps(reg, indent=1, ensure_ascii=False) + "\n")
+            print(f"{len(reg['tests'])} tests staged for registration in {staging}")
+            return staging
+        path = (folder or registration_folder()) / f"{self.notebook}.json"
+        if not path.is_file():
+            raise RegistrationError(
+                f"{self.notebook}: no registration {path}. Register the tests before the deciding runs: "
+                f"python reproduce/run.py --register --only {self.notebook} --why '...' --seen no")
+        registered = json.loads(path.read_text())
+        problems = registration.differences(self.registered_tests(), design, registered)
+        if problems:
+            raise RegistrationError(
+                f"{self.notebook}: the tests differ from their registration {path}:\n" + "\n".join(problems)
+                + f"\nA changed test is a new registration, logged with why and whether the deciding runs "
+                f"were seen: python reproduce/run.py --register --only {self.notebook} --why '...' --seen yes|no")
+        for id, t in registered["tests"].items():
+            if t.get("undecidable"):
+                self.precheck(id, f"registered undecidable here: {t['undecidable']}")
         return path
 
     def precheck(self, id: str, reason: str) -> None:
@@ -378,32 +413,6 @@ def readable(table: pd.DataFrame) -> "pd.io.formats.style.Styler":
         style = style.map(lambda v: f"background-color: {VERDICT_COLOURS[v]}" if v in VERDICT_COLOURS else "",
                           subset=["verdict"])
     return style
-
-
-# --------------------------------------------------------------------------- the registrations
-
-
-def registration_folder() -> Path:
-    """Where `Claims.preregister` writes and finds registrations: $DISTSGD_REGISTERED, else
-    ``reproduce/registered/<profile>`` ($DISTSGD_PROFILE, else quick)."""
-    if os.environ.get(REGISTERED_ENV):
-        return Path(os.environ[REGISTERED_ENV])
-    from ..paths import repo_root
-    return repo_root() / "reproduce" / "registered" / os.environ.get("DISTSGD_PROFILE", "quick")
-
-
-def registration_differences(tests: dict[str, dict], registered: dict[str, dict]) -> list[str]:
-    """Where a notebook's tests differ from their registration: a test field (`TEST_FIELDS`) that
-    changed, a claim not registered, a registered claim no longer there."""
-    problems = [f"- claim {i!r} is not in the registration" for i in tests if i not in registered]
-    problems += [f"- registered claim {i!r} is no longer registered by the notebook" for i in registered if i not in tests]
-    for i in tests.keys() & registered.keys():
-        for f in TEST_FIELDS:
-            now, then = tests[i][f], registered[i][f]
-            same = math.isclose(now, then, rel_tol=1e-12) if f == "threshold" else now == then
-            if not same:
-                problems.append(f"- claim {i!r}: {f} {now!r}, registered {then!r}")
-    return problems
 
 
 # --------------------------------------------------------------------------- the expected-verdict ledger
