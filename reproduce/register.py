@@ -11,7 +11,8 @@ design (seeds, run length) and each test's power from the committed pilot
 and adds a row to ``reproduce/registered/<profile>/log.csv``: the date, what changed, ``--why`` and
 ``--seen`` (whether the deciding runs had been seen). Nothing else writes a registration: a
 notebook's run only holds itself to it. With ``--set`` the registration goes to
-``OUT/registered`` (``DISTSGD_REGISTERED``), where ``reproduce/run.py --set`` reads it.
+``reproduce/runs/<profile>/registered`` (or ``$DISTSGD_REGISTERED``), where ``reproduce/run.py --set``
+reads it.
 
 **The pilot** (``--pilot``) is the profile's ``pilots.<NB>`` entry: the parameters of its run at the
 profile's length ``T`` (seeds disjoint from the deciding ones) and of its run at ``4T``, e.g.::
@@ -62,8 +63,11 @@ def registration_notebook(path: Path, out: Path) -> Path:
 
 
 def execute(plan: run.Plan, source: Path, output: Path, kernel: str) -> None:
+    """Execute `source` with `plan`'s parameters into `output` (the kernel's own messages go to
+    ``<output>.kernel.log``)."""
     papermill.execute_notebook(str(source), str(output), parameters=plan.parameters, kernel_name=kernel,
-                               cwd=str(plan.path.parent), progress_bar=False)
+                               cwd=str(plan.path.parent), progress_bar=False,
+                               kernel_manager_class=run.kernel_manager_logging_to(output.with_suffix(".kernel.log")))
 
 
 def register(plan: run.Plan, final: Path, work: Path, why: str, seen: bool, kernel: str,
@@ -153,8 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = (args.out or run.DEFAULT_RUNS_DIR / f"{profile.name}-register").resolve()
     run.kernel_environment(profile.name, out / "figures")
-    if overrides:
-        os.environ.setdefault(registration.REGISTERED_ENV, str(out / "registered"))
+    if overrides:                          # where reproduce/run.py --set reads them
+        os.environ.setdefault(registration.REGISTERED_ENV, str(run.DEFAULT_RUNS_DIR / profile.name / "registered"))
     failed = []
     for name in names:
         try:

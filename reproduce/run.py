@@ -30,9 +30,13 @@ with ``--dry-run``):
 
 The kernels run with the notebooks directory as working directory and with ``DISTSGD_PROFILE``,
 ``DISTSGD_FIGURES`` (absolute) set and ``<repo>/lib`` prepended to ``PYTHONPATH``. Each notebook
-writes its tests down before its first run (``Claims.preregister``) in
-``reproduce/registered/PROFILE/`` and holds later runs to them; with ``--set`` (other tests than
-the profile's, not a dry run) in ``OUT/registered`` (``DISTSGD_REGISTERED``).
+holds its runs to its tests registered before them (``reproduce/registered/PROFILE/``, written
+only by ``reproduce/register.py``); with ``--set`` (other tests than the profile's, not a dry run)
+to those registered with the same ``--set`` in ``OUT/registered`` (``DISTSGD_REGISTERED``).
+
+After the runs, every verdict that differs from the profile's ledger
+(``reproduce/expected/PROFILE.csv``) is listed (notebook, claim, the ledger's verdict, this run's)
+and written to ``OUT/ledger_differences.csv``; such a notebook also fails its last cell.
 
 ``--kernel NAME`` executes the notebooks with the installed Jupyter kernel NAME (default
 ``python3``, the Python running this script); ``make kernel`` installs one named ``distsgd`` that
@@ -942,10 +946,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary_csv = out_dir / "summary.csv"
     write_summary(results, summary_csv)
+    differences = ledger_differences(figures_dir, profile.name, [r.name for r in results if r.verdicts is not None],
+                                     out_dir / "ledger_differences.csv")
     write_report(figures_dir, out_dir, profile.name, [r.name for r in results if r.verdicts is not None],
                  args.update_readme)
     say("")
     say(summary_table(results))
+    if differences:
+        say(f"\n{len(differences)} verdict(s) differ from the ledger reproduce/expected/{profile.name}.csv "
+            f"({out_dir / 'ledger_differences.csv'}):")
+        say(format_table([("notebook", "claim", "ledger", "this run"), *differences]))
     failed = [r.name for r in results if not r.ok]
     say(f"\nsummary: {summary_csv}")
     if failed:
@@ -953,6 +963,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     say(f"all {len(results)} notebook(s) ran")
     return 0
+
+
+def ledger_differences(figures_dir: Path, profile: str, names: Sequence[str], path: Path) -> list[tuple[str, ...]]:
+    """(notebook, claim, ledger's verdict, this run's verdict) for every claim of these notebooks'
+    claims tables whose verdict is not the ledger's (a claim missing on either side counts), written
+    to `path`; none where the profile has no ledger."""
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.verdicts.claims import load_ledger
+
+    ledger = load_ledger(profile)
+    if ledger is None:
+        return []
+    rows = []
+    for name in names:
+        table = csv_rows(figures_dir / name / "claims.csv")
+        expected = {r["id"]: r["verdict"] for r in ledger[ledger.notebook == name].to_dict("records")}
+        for r in table:
+            want = expected.pop(r["id"], "(not in the ledger)")
+            if r["verdict"] not in want.split("|"):
+                rows.append((name, r["id"], want, r["verdict"]))
+        rows += [(name, i, v, "(not in this run)") for i, v in expected.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([("notebook", "claim", "ledger", "this_run"), *rows])
+    return rows
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file as dicts (none where it does not exist)."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def report_interrupted(exc: Interrupted, summary_csv: Path) -> int:

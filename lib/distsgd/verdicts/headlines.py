@@ -4,10 +4,13 @@ tests it, the verdict and one line of reason.
 The rows are fixed in ``reproduce/headlines.yaml`` before the runs (committed, like the claims'
 registrations): per paper notebook, the abstract's sentence, `how` (``measured`` here at small
 scale, ``projected`` to the paper's setting within the simulator's measured error, or ``untested``
-with `why`), and the notebook's claim ids that together test it. The verdict follows from those
-claims' verdicts in a run: reproduced when all are reproduced, contradicted when any is contradicted,
-inconclusive otherwise (or when one was not decided). The README, REPORT.md/html and the end of each
-notebook (`Claims.headline`) show it.
+with `why`), and the notebook's claim ids that together test the abstract's own empirical sentence
+(`claims`). The verdict follows from those claims' verdicts in a run: reproduced when all are
+reproduced, contradicted when any is contradicted, inconclusive otherwise (or when one was not
+decided). Parts the abstract does not claim (an ablation, a setting the paper never measured) are
+`reported`: their verdicts are shown, they do not decide the headline; a genuine finding of the kit
+against the authors' own number is stated as one (`finding`). The row shows every part's verdict.
+The README, REPORT.md/html and the end of each notebook (`Claims.headline`) show it.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ HOWS = {"measured": "measured here (small scale)",
         "untested": "not testable here"}
 NOT_TESTED = "not tested"
 COLUMNS = ["paper", "headline", "how", "verdict", "reason"]
-FIELDS = ("paper", "headline", "how", "claims", "scope", "why")     # a row of headlines.yaml
+FIELDS = ("paper", "headline", "how", "claims", "reported", "finding", "scope", "why")     # a row of headlines.yaml
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Headline:
     claims: tuple[str, ...] = ()     # the notebook's claim ids that test it (none when untested)
     scope: str = ""                  # what of the headline the claims test
     why: str = ""                    # why it is untested
+    reported: tuple[str, ...] = ()   # claim ids shown beside it that do not decide it
+    finding: str = ""                # a finding of the kit, against the authors' own number
 
     def __post_init__(self) -> None:
         where = f"headlines[{self.notebook}]"
@@ -44,22 +49,33 @@ class Headline:
             raise ValueError(f"{where}.claims: claim ids when how is measured or projected, none when untested")
         if self.how == "untested" and not self.why:
             raise ValueError(f"{where}.why: an untested headline says why")
+        both = set(self.claims) & set(self.reported)
+        if both:
+            raise ValueError(f"{where}.reported: {sorted(both)} also decide it (in claims); a part either decides or is reported")
 
     def decide(self, claims: pd.DataFrame) -> tuple[str, str]:
-        """(verdict, reason) from a claims table (columns id, verdict, reason) of this notebook's run."""
+        """(verdict, reason) from a claims table (columns id, verdict, reason) of this notebook's run:
+        the verdict from `claims` alone; the reason lists every part's verdict (`reported` ones
+        marked as not deciding), the reason of the claim that decided, and the `finding`."""
         if self.how == "untested":
             return NOT_TESTED, self.why
         rows = claims.set_index("id")
-        missing = [c for c in self.claims if c not in rows.index or pd.isna(rows.verdict.get(c))]
+        verdict_of = lambda c: rows.verdict[c] if c in rows.index and not pd.isna(rows.verdict.get(c)) else None  # noqa: E731
+        missing = [c for c in self.claims if verdict_of(c) is None]
         if missing:
             return INCONCLUSIVE, f"{missing[0]} was not decided in this run"
-        verdicts = {c: rows.verdict[c] for c in self.claims}
+        verdicts = {c: verdict_of(c) for c in self.claims}
+        verdict, decider = REPRODUCED, self.claims[0]
         for wanted in (CONTRADICTED, INCONCLUSIVE):
             hit = [c for c, v in verdicts.items() if v == wanted]
             if hit:
-                return wanted, f"{len(hit)} of {len(verdicts)} {wanted}; {hit[0]}: {rows.reason[hit[0]]}"
-        first = self.claims[0]
-        return REPRODUCED, f"{len(verdicts)} of {len(verdicts)} reproduced; {first}: {rows.reason[first]}"
+                verdict, decider = wanted, hit[0]
+                break
+        parts = ", ".join(f"{c} {v}" for c, v in verdicts.items())
+        reported = ", ".join(f"{c} {verdict_of(c) or 'not decided'}" for c in self.reported)
+        reason = (f"deciding: {parts}" + (f"; reported, not deciding: {reported}" if reported else "")
+                  + f". {decider}: {rows.reason[decider]}" + (f". Finding: {self.finding}" if self.finding else ""))
+        return verdict, reason
 
 
 def headlines_path() -> Path:
@@ -82,7 +98,8 @@ def load_headlines(path: Path | None = None) -> dict[str, Headline]:
         if unknown:
             raise ValueError(f"headlines[{notebook}]: unknown field(s) {sorted(unknown)}; allowed: {', '.join(FIELDS)}")
         out[notebook] = Headline(notebook, row["paper"], row["headline"], row["how"],
-                                 tuple(row.get("claims") or ()), row.get("scope", ""), row.get("why", ""))
+                                 tuple(row.get("claims") or ()), row.get("scope", ""), row.get("why", ""),
+                                 tuple(row.get("reported") or ()), row.get("finding", ""))
     return out
 
 

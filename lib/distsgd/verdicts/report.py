@@ -154,8 +154,8 @@ def readme_block(claims: pd.DataFrame, invariants: pd.DataFrame) -> str:
     """The README's generated tables, between its markers: the headline of each paper, then the
     claims counted per notebook."""
     heads = headline_table(claims)
-    heads = heads.assign(paper=[f"{p} (`{n}`)" for p, n in zip(heads.paper, heads.notebook)])
-    return (f"{README_BEGIN}\n{_md_table(heads[['paper', 'headline', 'how', 'verdict']])}\n\n"
+    heads = heads.assign(paper=[f"{p} (`{n}`)" for p, n in zip(heads.paper, heads.notebook)]).rename(columns={"reason": "why"})
+    return (f"{README_BEGIN}\n{_md_table(heads[['paper', 'headline', 'how', 'verdict', 'why']])}\n\n"
             f"Every claim, per notebook, as reproduced / contradicted / inconclusive: measured here, and projected "
             f"to the papers' settings by the simulator (the notebooks and REPORT.md give each row's reason):\n\n{_md_table(summary(claims, invariants))}\n{README_END}")
 
