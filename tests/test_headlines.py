@@ -22,13 +22,24 @@ def table(**verdicts: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("verdicts, expected, reason", [
-    ({"a": "reproduced", "b": "reproduced"}, "reproduced", "2 of 2 reproduced; a: why a"),
-    ({"a": "reproduced", "b": "inconclusive"}, "inconclusive", "1 of 2 inconclusive; b: why b"),
-    ({"a": "inconclusive", "b": "contradicted"}, "contradicted", "1 of 2 contradicted; b: why b"),
+    ({"a": "reproduced", "b": "reproduced"}, "reproduced", "deciding: a reproduced, b reproduced. a: why a"),
+    ({"a": "reproduced", "b": "inconclusive"}, "inconclusive", "deciding: a reproduced, b inconclusive. b: why b"),
+    ({"a": "inconclusive", "b": "contradicted"}, "contradicted", "deciding: a inconclusive, b contradicted. b: why b"),
 ])
 def test_all_reproduced_any_contradicted_else_inconclusive(verdicts, expected, reason) -> None:
     h = Headline("01_x", "Paper", "it is faster", "measured", ("a", "b"))
     assert h.decide(table(**verdicts)) == (expected, reason)
+
+
+def test_a_reported_part_is_shown_and_does_not_decide() -> None:
+    h = Headline("03_x", "Paper", "saves 20% on ViT", "measured", ("vit",), reported=("resnet",),
+                 finding="ResNet-18 saves nothing here (authors: -8.0%)")
+    verdict, reason = h.decide(table(vit="reproduced", resnet="contradicted"))
+    assert verdict == "reproduced"
+    assert reason == ("deciding: vit reproduced; reported, not deciding: resnet contradicted. vit: why vit. "
+                      "Finding: ResNet-18 saves nothing here (authors: -8.0%)")
+    with pytest.raises(ValueError, match="reported"):
+        Headline("03_x", "Paper", "saves 20%", "measured", ("vit",), reported=("vit",))
 
 
 def test_a_claim_not_decided_leaves_the_headline_inconclusive_and_untested_says_why() -> None:
@@ -53,14 +64,15 @@ def test_every_paper_has_one_row_naming_claims_its_notebook_registers() -> None:
     assert sorted(headlines) == PAPER_NOTEBOOKS
     for notebook, h in headlines.items():
         registered = json.loads((REPO / "reproduce/registered/quick" / f"{notebook}.json").read_text())["tests"]
-        assert set(h.claims) <= set(registered), (notebook, set(h.claims) - set(registered))
+        parts = set(h.claims) | set(h.reported)
+        assert parts <= set(registered), (notebook, parts - set(registered))
         assert h.headline and h.paper
 
 
 def test_a_notebook_shows_its_own_row(tmp_path, monkeypatch) -> None:
     claims = Claims("02_liec_sgd")
     for cid in load_headlines()["02_liec_sgd"].claims:
-        claims.register(cid, cid, "paper", Test("q", ">=", 0.0, "s"))
+        claims.register(cid, cid, "paper", Test("q", ">=", 0.0, "s", form="non-inferiority", source="null: no difference"))
     claims.preregister(dry_run=True)
     for cid in load_headlines()["02_liec_sgd"].claims:
         claims.decide(cid, 0.1, 0.2, 0.15)
