@@ -248,7 +248,7 @@ def ratio_table(runs: dict[str, Result], reach: dict[str, dict[str, float]], c: 
                           "measured (median over logged periods)": (period_times[slower] / period_times[faster]).median(),
                           "arithmetic, nothing hidden": arithmetic_time(slower, False) / arithmetic_time(faster, False),
                           "arithmetic, average hidden": arithmetic_time(slower, True) / arithmetic_time(faster, True)}
-                         for slower, faster in ((names[a], names[b]) for _, _, _, a, b, _ in PROJ_CLAIMS)])
+                         for slower, faster in ((names[a], names[b]) for _, _, _, a, b, *_ in PROJ_CLAIMS)])
 
 
 def per_iteration_pairs(model: str, seeds: int, common: dict[str, Any], period: int,
