@@ -21,7 +21,7 @@ COMMON = dict(algo="ssgd", data="digits", nproc=1, steps=2, batch_size=4)
 
 def registered(models=("mlp",), gammas=(0.5, 0.9), random_gammas=(0.9,)) -> Claims:
     claims = Claims("03_dropit")
-    exp.register_claims(claims, list(models), list(gammas), list(random_gammas), 2, 100)
+    exp.register_claims(claims, list(models), list(gammas), list(random_gammas), 2, 100, max(gammas))
     claims.preregister(dry_run=True)
     return claims
 
@@ -197,7 +197,7 @@ def test_planted_change_dropit_at_gamma_0_reproduces_none_of_its_advantages(monk
                   log_every=10, eval_every=30)
     ds = load_data("mnist")
     claims = Claims("03_dropit")
-    exp.register_claims(claims, models, gammas, gammas, len(seeds), exp.n_test_images(ds, "mlp", common))
+    exp.register_claims(claims, models, gammas, gammas, len(seeds), exp.n_test_images(ds, "mlp", common), 0.9)
     claims.preregister(dry_run=True)
     runs = exp.accuracy_runs(models, seeds, gammas, gammas, common)
     memory = exp.memory_table(models, ds, torch.device("cpu"), gammas, 8, 0)
