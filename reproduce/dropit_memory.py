@@ -1,4 +1,4 @@
-"""DropIT's memory at the paper's setting (notebook 03): DeiT-Ti and ResNet-18, 224x224, the paper's
+"""DropIT's memory at the paper's setting (notebook 03): ViT-B/16, DeiT-Ti and ResNet-18, 224x224, the paper's
 batch, fp32 and fp16 autocast, without DropIT and with min-k at γ = 0.9
 (`distsgd.experiments.dropit_paper_scale.dropit_memory_table`).
 

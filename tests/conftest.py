@@ -26,3 +26,21 @@ def repo_figures():
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent / "figures"
+
+
+@pytest.fixture
+def notebook_defaults():
+    """The defaults of a notebook's parameters cell, e.g. ``notebook_defaults("06_dear")["steps"]``
+    (the quick profile's values where it sets none: the design a registration holds)."""
+    from pathlib import Path
+
+    import nbformat
+
+    def defaults(name: str) -> dict:
+        nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / f"{name}.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        namespace: dict = {}
+        exec(cell.source, namespace)
+        return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+    return defaults

@@ -44,7 +44,7 @@ def _claims_with(ids: list[str]):
 
     claims = Claims("test_analysis")
     for cid in ids:
-        claims.register(cid, "a ratio", "paper", Test("a / b", ">=", 1.0, "median"))
+        claims.register(cid, "a ratio", "paper", Test("a / b", ">=", 1.0, "median", form="superiority", source="null: a ratio of 1"))
     claims.preregister(dry_run=True)
     return claims
 

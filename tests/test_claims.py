@@ -1,5 +1,6 @@
 """The claims table: pre-registered tests give reproduced / contradicted / inconclusive, invariants
-are asserted, and `check` compares every verdict with the expected-verdict ledger."""
+are asserted, and `check` compares every verdict with the expected-verdict ledger; a notebook holds
+itself to the registration that its own step writes (`distsgd.verdicts.registration`)."""
 from __future__ import annotations
 
 import json
@@ -10,34 +11,62 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from distsgd.verdicts.claims import (CONTRADICTED, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims, RegistrationError, Test,
-                            registration_folder, interval_or_nan, ledger_mismatches, load_ledger,
-                            median_interval, paired_accuracy_interval, paired_accuracy_resolution,
-                            paired_interval, welch_interval)
+from distsgd.verdicts import registration
+from distsgd.verdicts.claims import (CONTRADICTED, FORMS, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims,
+                                     RegistrationError, Test, registration_folder, interval_or_nan, ledger_mismatches,
+                                     load_ledger, median_interval, paired_accuracy_interval,
+                                     paired_accuracy_resolution, paired_interval, welch_interval)
+from distsgd.verdicts.registration import REGISTER_ENV, TEST_FIELDS, Power, power
 
-AT_LEAST_2 = Test("speed-up", ">=", 2.0, "median of 9 pairs")
-AT_MOST_0 = Test("loss gap", "<=", 0.0, "paired t over 5 seeds")
+AT_LEAST_2 = Test("speed-up", ">=", 2.0, "median of 9 pairs", form="up-to",
+                  source="paper: Table 2, 'a 2x speed-up'")
+AT_MOST_0 = Test("loss gap", "<=", 0.0, "paired t over 5 seeds", form="superiority",
+                 source="null: no difference")
+NOT_WORSE = Test("acc gap", ">=", -1.0, "paired t over 5 seeds", form="non-inferiority",
+                 source="pilot: the baseline's seed range, 1 point")
+BETTER = Test("acc gap", ">=", 0.0, "paired t over 5 seeds", form="superiority", source="null: no difference")
 
 
 @pytest.mark.parametrize("test,low,high,verdict", [
     (AT_LEAST_2, 2.1, 3.0, REPRODUCED), (AT_LEAST_2, 2.0, 3.0, REPRODUCED),
     (AT_LEAST_2, 1.0, 1.9, CONTRADICTED), (AT_LEAST_2, 1.5, 2.5, INCONCLUSIVE),
     (AT_MOST_0, -1.0, -0.1, REPRODUCED), (AT_MOST_0, 0.1, 1.0, CONTRADICTED),
-    (AT_MOST_0, -0.1, 0.1, INCONCLUSIVE), (AT_MOST_0, float("nan"), 0.1, INCONCLUSIVE)])
+    (AT_MOST_0, -0.1, 0.1, INCONCLUSIVE), (AT_MOST_0, float("nan"), 0.1, INCONCLUSIVE),
+    (NOT_WORSE, -1.0, 0.5, REPRODUCED), (NOT_WORSE, -1.5, -1.1, CONTRADICTED)])
 def test_verdict_is_where_the_interval_lies(test, low, high, verdict) -> None:
     assert test.verdict(low, high) == verdict
 
 
-def test_a_test_has_a_side() -> None:
+@pytest.mark.parametrize("test,low,high,verdict", [
+    (BETTER, 0.0, 0.0, INCONCLUSIVE), (BETTER, 0.0, 0.4, INCONCLUSIVE), (BETTER, 1e-9, 0.4, REPRODUCED),
+    (BETTER, -0.4, 0.0, INCONCLUSIVE), (BETTER, -0.4, -1e-9, CONTRADICTED),
+    (AT_MOST_0, 0.0, 0.0, INCONCLUSIVE), (AT_MOST_0, -0.4, 0.0, INCONCLUSIVE)])
+def test_a_superiority_test_reproduces_only_strictly_beyond_its_threshold(test, low, high, verdict) -> None:
+    """Identical methods give a difference of exactly 0 on every seed, an interval [0, 0]: a
+    *better than* claim is then inconclusive, never reproduced (an *as good as* one on 0 would be)."""
+    assert test.verdict(low, high) == verdict
+    same = Test(test.quantity, test.side, test.threshold, test.statistic, form="non-inferiority", source=test.source)
+    assert same.verdict(0.0, 0.0) == REPRODUCED
+
+
+def test_a_test_has_a_side_a_form_and_a_sourced_threshold() -> None:
     with pytest.raises(ValueError, match="side"):
-        Test("x", ">", 1, "s")
+        Test("x", ">", 1, "s", form="superiority", source="null: no difference")
+    with pytest.raises(ValueError, match="form"):
+        Test("x", ">=", 1, "s", form="better", source="null: no difference")
+    for source in ("fixed here", "paper:", "pilot:   ", "Paper: Table 1"):
+        with pytest.raises(ValueError, match="source"):
+            Test("x", ">=", 1, "s", form="non-inferiority", source=source)
+    assert set(FORMS) == {"rate", "non-inferiority", "superiority", "up-to"}
+    assert str(NOT_WORSE) == ("non-inferiority: acc gap >= -1 (paired t over 5 seeds); threshold from "
+                              "pilot: the baseline's seed range, 1 point")
 
 
 def make_claims() -> Claims:
     claims = Claims("99_demo")
     claims.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
     claims.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
-    claims.register("fine", "A is within 1 point of B", "±1 point", Test("acc gap", ">=", -1, "Newcombe"))
+    claims.register("fine", "A is within 1 point of B", "±1 point", NOT_WORSE)
     claims.preregister(dry_run=True)
     return claims
 
@@ -52,7 +81,7 @@ def test_decide_records_interval_verdict_and_reason(tmp_path) -> None:
     assert table.verdict.tolist() == [CONTRADICTED, REPRODUCED, INCONCLUSIVE]
     assert table.reason[0] == "speed-up = 1.5, interval [1.2, 1.8] on the other side of 2"
     assert table.reason[2].startswith("precheck: 359 test images")
-    assert table.test[0] == "speed-up >= 2 (median of 9 pairs)"
+    assert table.test[0] == "up-to: speed-up >= 2 (median of 9 pairs); threshold from paper: Table 2, 'a 2x speed-up'"
 
 
 def test_precheck_must_come_before_the_measurement_and_claims_are_decided_once() -> None:
@@ -172,9 +201,11 @@ def test_paired_accuracy_interval_covers_the_difference_and_is_narrower_than_unp
 def test_decide_paired_accuracy_decides_on_the_paired_interval_in_points() -> None:
     a, b = two_methods(np.random.default_rng(2), 5, 1000, shift=0.02)   # b: 2 points less accurate
     claims = Claims("99_demo")
-    claims.register("close", "a within 1 point of b", "", Test("acc a - b (points)", ">=", -1.0, "paired"))
-    claims.register("ahead", "a ahead of b", "", Test("acc a - b (points)", ">=", 0.0, "paired"))
-    claims.register("one_seed", "a ahead of b", "", Test("acc a - b (points)", ">=", 0.0, "paired"))
+    close = Test("acc a - b (points)", ">=", -1.0, "paired", form="non-inferiority", source="paper: 'within 1 point'")
+    ahead = Test("acc a - b (points)", ">=", 0.0, "paired", form="superiority", source="null: no difference")
+    claims.register("close", "a within 1 point of b", "", close)
+    claims.register("ahead", "a ahead of b", "", ahead)
+    claims.register("one_seed", "a ahead of b", "", ahead)
     claims.preregister(dry_run=True)
     assert claims.decide_paired_accuracy("close", a, b, "a", "b") == REPRODUCED
     assert claims.decide_paired_accuracy("ahead", b, a, "b", "a") == CONTRADICTED     # 2 points behind
@@ -208,56 +239,136 @@ def test_median_interval_covers_the_median_at_its_level() -> None:
     assert 0.95 <= np.mean(hits) <= 0.98                    # exact coverage 0.961
 
 
-# --------------------------------------------------------------------------- pre-registration
+# --------------------------------------------------------------------------- registration
 
 
-def registered_claims() -> Claims:
+DESIGN = {"seeds": [0, 1, 2, 3, 4], "steps": 320}
+
+
+def registered_claims(fast: Test = AT_LEAST_2, better: Test = AT_MOST_0) -> Claims:
     claims = Claims("99_demo")
-    claims.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
-    claims.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
+    claims.register("fast", "A is >= 2x faster than B", "2x", fast)
+    claims.register("better", "A's loss is below B's", "lower loss", better)
     return claims
 
 
-def test_preregister_writes_the_tests_once_and_holds_later_runs_to_them(tmp_path) -> None:
-    path = registered_claims().preregister(folder=tmp_path)
-    assert path == tmp_path / "99_demo.json"
+def register(folder: Path, monkeypatch, claims: Claims | None = None, design: dict | None = None,
+             why: str = "first registration", seen: bool = False) -> tuple[Path, str]:
+    """The registration step as reproduce/register.py takes it: the notebook's registration cell
+    stages its registration (DISTSGD_REGISTER), then `registration.write` puts it in place and logs it."""
+    staged = folder / "staging" / "99_demo.registration.json"
+    with monkeypatch.context() as m:
+        m.setenv(REGISTER_ENV, str(staged))
+        m.setenv(registration.PILOT_ENV, str(folder / "no-pilot"))
+        assert (claims or registered_claims()).preregister(folder=folder, design=DESIGN if design is None else design) == staged
+    path = folder / "99_demo.json"
+    return path, registration.write(path, json.loads(staged.read_text()), why, seen)
+
+
+def test_preregister_never_writes_a_registration_and_fails_without_one(tmp_path) -> None:
+    with pytest.raises(RegistrationError, match="no registration .*99_demo.json.*register"):
+        registered_claims().preregister(folder=tmp_path, design=DESIGN)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_registration_step_stages_then_writes_and_logs(tmp_path, monkeypatch) -> None:
+    path, changed = register(tmp_path, monkeypatch)
+    assert changed == "first registration: 2 claims"
+    written = json.loads(path.read_text())
+    assert written["notebook"] == "99_demo" and written["design"] == DESIGN and written["pilot"] is None
+    assert written["tests"]["fast"] == {"claim": "A is >= 2x faster than B", "paper": "2x",
+                                        **{f: getattr(AT_LEAST_2, f) for f in TEST_FIELDS},
+                                        "expected_width": None, "undecidable": None}
+    log = registration.read_log(tmp_path)
+    assert log[["notebook", "changed", "why", "deciding_runs_seen"]].values.tolist() == [
+        ["99_demo", "first registration: 2 claims", "first registration", "no"]]
+    assert len(log.code[0]) == 12 and log.date[0][:2] == "20"
+
+    moved = registered_claims(fast=Test(AT_LEAST_2.quantity, ">=", 1.5, AT_LEAST_2.statistic, form="up-to",
+                                        source=AT_LEAST_2.source))
+    _, changed = register(tmp_path, monkeypatch, moved, why="the paper says 1.5x", seen=True)
+    assert changed == "claim 'fast': threshold 1.5, registered 2.0"
+    log = registration.read_log(tmp_path)
+    assert log.changed.tolist()[1:] == [changed] and log.deciding_runs_seen.tolist() == ["no", "yes"]
+    with pytest.raises(RegistrationError, match="why"):
+        registration.write(path, json.loads(path.read_text()), "  ", True)
+    assert len(registration.read_log(tmp_path)) == 2
+
+
+def test_a_run_holds_itself_to_its_registration_and_never_rewrites_it(tmp_path, monkeypatch) -> None:
+    path, _ = register(tmp_path, monkeypatch)
     written = path.read_text()
-    assert json.loads(written)["tests"]["fast"] == {"claim": "A is >= 2x faster than B", "paper": "2x",
-                                                     "quantity": AT_LEAST_2.quantity, "side": ">=",
-                                                     "threshold": 2.0, "statistic": AT_LEAST_2.statistic}
     again = registered_claims()
-    assert again.preregister(folder=tmp_path) == path and path.read_text() == written   # compared, not rewritten
+    assert again.preregister(folder=tmp_path, design=DESIGN) == path
     assert again.decide("fast", 2.5, 3.0, 2.7) == REPRODUCED
 
-    moved = Claims("99_demo")                   # the threshold moved after the registration
-    moved.register("fast", "A is >= 2x faster than B", "2x", Test(AT_LEAST_2.quantity, ">=", 1.5, AT_LEAST_2.statistic))
-    moved.register("better", "A's loss is below B's", "lower loss", AT_MOST_0)
-    with pytest.raises(RegistrationError, match=r"'fast': threshold 1\.5, registered 2\.0"):
-        moved.preregister(folder=tmp_path)
+    def fails(claims: Claims, match: str, design: dict = DESIGN) -> None:
+        with pytest.raises(RegistrationError, match=match):
+            claims.preregister(folder=tmp_path, design=design)
+
+    fails(registered_claims(fast=Test(AT_LEAST_2.quantity, ">=", 1.5, AT_LEAST_2.statistic, form="up-to",
+                                      source=AT_LEAST_2.source)), r"'fast': threshold 1\.5, registered 2\.0")
+    fails(registered_claims(better=Test(AT_MOST_0.quantity, "<=", 0.0, AT_MOST_0.statistic, form="non-inferiority",
+                                        source=AT_MOST_0.source)), "'better': form 'non-inferiority', registered 'superiority'")
+    fails(registered_claims(fast=Test(AT_LEAST_2.quantity, ">=", 2.0, AT_LEAST_2.statistic, form="up-to",
+                                      source="paper: Table 3")), "'fast': source")
     extra = registered_claims()
     extra.register("new", "a claim added later", "-", AT_MOST_0)
-    with pytest.raises(RegistrationError, match="'new' is not in the registration"):
-        extra.preregister(folder=tmp_path)
+    fails(extra, "'new' is not in the registration")
     fewer = Claims("99_demo")
     fewer.register("fast", "A is >= 2x faster than B", "2x", AT_LEAST_2)
-    with pytest.raises(RegistrationError, match="'better' is no longer registered"):
-        fewer.preregister(folder=tmp_path)
+    fails(fewer, "'better' is no longer registered")
     assert path.read_text() == written
 
 
-def test_no_decision_before_the_registration_and_no_registration_after_it(tmp_path) -> None:
+@pytest.mark.parametrize("design,match", [
+    ({"seeds": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "steps": 320}, r"design 'seeds': \[0, 1, .*registered \[0, 1, 2, 3, 4\]"),
+    ({"seeds": [0, 1, 2, 3, 4], "steps": 640}, "design 'steps': 640, registered 320"),
+    ({"seeds": [0, 1, 2, 3, 4]}, "design 'steps': None, registered 320"),
+    ({**DESIGN, "lr": 0.1}, "design 'lr': 0.1, registered None")])
+def test_a_design_that_differs_from_the_registration_raises(tmp_path, monkeypatch, design, match) -> None:
+    """More seeds or a longer run after a look is a new registration, not a rerun."""
+    register(tmp_path, monkeypatch)
+    with pytest.raises(RegistrationError, match=match):
+        registered_claims().preregister(folder=tmp_path, design=design)
+
+
+def test_a_claim_registered_undecidable_is_prechecked(tmp_path, monkeypatch) -> None:
+    path, _ = register(tmp_path, monkeypatch)
+    reg = json.loads(path.read_text())
+    reg["tests"]["fast"]["undecidable"] = "the pilot's interval [1.5, 2.5] contains 2: this budget does not decide it"
+    path.write_text(json.dumps(reg))
+    claims = registered_claims()
+    claims.preregister(folder=tmp_path, design=DESIGN)
+    assert claims.decide("fast", 2.5, 3.0, 2.7) == INCONCLUSIVE                # its interval would reproduce it
+    assert claims.decide("better", -0.3, -0.1, -0.2) == REPRODUCED
+    row = claims.table().set_index("id").loc["fast"]
+    assert row.reason == ("precheck: registered undecidable here: the pilot's interval [1.5, 2.5] contains 2: "
+                          "this budget does not decide it") and row.low == 2.5
+
+
+def test_identical_methods_never_reproduce_a_registered_superiority_claim(tmp_path, monkeypatch) -> None:
+    claims = registered_claims(better=BETTER)
+    claims.preregister(dry_run=True)
+    assert claims.decide_mean("better", [0.0, 0.0, 0.0, 0.0, 0.0], "acc gap") == INCONCLUSIVE
+    assert claims.table().set_index("id").reason["better"] == "acc gap = 0, interval [0, 0] contains 0"
+
+
+def test_no_decision_before_the_registration_and_no_registration_after_it(tmp_path, monkeypatch) -> None:
+    register(tmp_path, monkeypatch)
     claims = registered_claims()
     with pytest.raises(RegistrationError, match="preregister"):
         claims.decide("fast", 2.5, 3.0, 2.7)
-    claims.preregister(folder=tmp_path)
+    claims.preregister(folder=tmp_path, design=DESIGN)
     with pytest.raises(RegistrationError, match="after preregister"):
         claims.register("late", "registered after the runs began", "-", AT_MOST_0)
 
 
-def test_a_dry_run_writes_no_registration(tmp_path, monkeypatch) -> None:
+def test_a_dry_run_neither_writes_nor_compares(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(REGISTERED_ENV, str(tmp_path))
+    monkeypatch.setenv(REGISTER_ENV, str(tmp_path / "staged.json"))
     claims = registered_claims()
-    assert claims.preregister(dry_run=True) is None and not list(tmp_path.iterdir())
+    assert claims.preregister(dry_run=True, design={"steps": 2}) is None and not list(tmp_path.iterdir())
     assert claims.decide("fast", 2.5, 3.0, 2.7) == REPRODUCED
 
 
@@ -269,23 +380,86 @@ def test_registration_folder_is_the_profiles_unless_redirected(tmp_path, monkeyp
     assert registration_folder() == tmp_path
 
 
+# --------------------------------------------------------------------------- power from the pilot
+
+
+def pilot(**intervals: tuple[float, float]) -> pd.DataFrame:
+    return pd.DataFrame([{"id": i, "low": lo, "high": hi} for i, (lo, hi) in intervals.items()])
+
+
+@pytest.mark.parametrize("at_t,at_4t,expected", [
+    ((2.2, 2.6), (2.3, 2.5), Power(0.4, None)),                                  # decided and settled
+    ((2.2, 2.6), None, Power(0.4, None)),                                        # no 4T row: nothing against it
+    ((0.8, 1.2), (0.9, 1.1), Power(0.4, None)),                                  # contradicted at both
+    ((1.8, 2.6), (2.3, 2.5), "contains 2: this budget does not decide it"),      # the threshold inside at T
+    ((2.2, 2.6), (1.6, 1.9), "not settled: the pilot is reproduced at the run length T"),
+    ((2.2, 2.6), (1.9, 2.5), "and inconclusive at 4T"),
+    ((float("nan"), float("nan")), (2.3, 2.5), Power(None, None))])              # no interval: no power known
+def test_power_is_the_pilots_width_unless_it_contains_the_threshold_or_4t_differs(at_t, at_4t, expected) -> None:
+    p = power(AT_LEAST_2, "fast", pilot(fast=at_t), None if at_4t is None else pilot(fast=at_4t))
+    if isinstance(expected, Power):
+        assert p.undecidable == expected.undecidable
+        assert p.expected_width == (None if expected.expected_width is None else pytest.approx(expected.expected_width))
+    else:
+        assert p.expected_width == pytest.approx(at_t[1] - at_t[0]) and expected in p.undecidable
+
+
+def test_power_of_a_superiority_claim_on_identical_pilots_is_undecidable() -> None:
+    p = power(BETTER, "b", pilot(b=(0.0, 0.0)), pilot(b=(0.0, 0.0)))
+    assert p.expected_width == 0.0 and "[0, 0]" in p.undecidable and "contains 0" in p.undecidable
+    assert power(BETTER, "b", pilot(other=(0.1, 0.2)), None) == Power(None, None)   # no pilot row for it
+    assert power(BETTER, "b", None, None) == Power(None, None)                      # no pilot at all
+
+
+def test_the_registration_step_registers_the_pilots_power(tmp_path, monkeypatch) -> None:
+    """The staged registration carries each test's power from the pilot's T and 4T claims tables,
+    and the pilot's design from its own registration."""
+    folder = tmp_path / "pilot"
+    for phase, table in (("T", pilot(fast=(2.2, 2.6), better=(-0.2, 0.1))), ("4T", pilot(fast=(1.5, 1.8)))):
+        (folder / phase).mkdir(parents=True)
+        table.to_csv(folder / phase / "claims.csv", index=False)
+    (folder / "registered" / "T").mkdir(parents=True)
+    (folder / "registered" / "T" / "99_demo.json").write_text(json.dumps({"design": {"seeds": [100], "steps": 320}}))
+    staged = tmp_path / "staged.json"
+    monkeypatch.setenv(REGISTER_ENV, str(staged))
+    monkeypatch.setenv(registration.PILOT_ENV, str(folder))
+    registered_claims().preregister(folder=tmp_path / "registered", design=DESIGN)
+    reg = json.loads(staged.read_text())
+    assert not (tmp_path / "registered").exists()
+    assert reg["pilot"] == {"seeds": [100], "steps": 320} and reg["design"] == DESIGN
+    fast, better = reg["tests"]["fast"], reg["tests"]["better"]
+    assert fast["expected_width"] == pytest.approx(0.4) and fast["undecidable"].startswith("not settled")
+    assert better["expected_width"] == pytest.approx(0.3) and "contains 0" in better["undecidable"]
+    path = tmp_path / "registered" / "99_demo.json"
+    registration.write(path, reg, "power from the pilot", True)
+    assert registration.changes(json.loads(path.read_text()), reg) == "nothing"
+    old = {**reg, "tests": {i: {**t, "undecidable": None} for i, t in reg["tests"].items()}}
+    assert registration.changes(old, reg) == "power from the pilot for better, fast"
+
+
 NOTEBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_every_notebook_has_a_committed_quick_registration_written_before_its_first_run(notebook) -> None:
-    """nbval runs the quick profile against these files; each notebook calls preregister before
-    anything that runs or measures."""
+    """nbval runs the quick profile against these files: each names its design, and each test its
+    form, its threshold's source and its power; each notebook calls preregister with its design
+    before anything that runs or measures, and registers nothing after."""
     import nbformat
 
     repo = Path(__file__).resolve().parent.parent
-    tests = json.loads((repo / "reproduce" / "registered" / "quick" / f"{notebook}.json").read_text())["tests"]
-    assert tests and all(set(t) >= {"quantity", "side", "threshold", "statistic"} for t in tests.values())
+    reg = json.loads((repo / "reproduce" / "registered" / "quick" / f"{notebook}.json").read_text())
+    assert reg["tests"] and reg.get("design"), notebook
+    for id, t in reg["tests"].items():
+        assert set(t) >= {*TEST_FIELDS, "expected_width", "undecidable"}, (notebook, id)
+        Test(**{f: t[f] for f in TEST_FIELDS})          # a known form, a sourced threshold
     code = [c.source for c in nbformat.read(repo / "notebooks" / f"{notebook}.ipynb", 4).cells if c.cell_type == "code"]
-    pre = next(i for i, s in enumerate(code) if "claims.preregister(dry_run)" in s)
+    pre = next(i for i, s in enumerate(code) if "claims.preregister(dry_run, design=" in s)
     first_run = next(i for i, s in enumerate(code) if runs_or_measures(s))
     assert pre < first_run, (notebook, pre, first_run)
     assert not any("register(" in s and "preregister" not in s for s in code[pre + 1:]), notebook
+    log = registration.read_log(repo / "reproduce" / "registered" / "quick")
+    assert notebook in set(log.notebook), f"{notebook}: its registration is not in the registration log"
 
 
 RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", "real_collective_times(",

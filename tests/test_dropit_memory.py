@@ -138,8 +138,8 @@ def test_script_writes_the_table(tmp_path):
                                "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(tmp_path / "dropit_memory.csv")
-    assert table.model.tolist() == ["vit_tiny"] * 4 + ["resnet18"] * 4
-    assert table.batch.tolist() == [512] * 4 + [256] * 4 and set(table.input) == {"3x224x224"}
+    assert table.model.tolist() == ["vit_base"] * 4 + ["vit_tiny"] * 4 + ["resnet18"] * 4
+    assert table.batch.tolist() == [384] * 4 + [512] * 4 + [256] * 4 and set(table.input) == {"3x224x224"}
     assert set(table.device) == {"cuda rules on fake tensors (no kernel run)"}
     assert (table.saved_bytes > table.layer_bytes).all() and table.cuda_peak_bytes.isna().all()
 

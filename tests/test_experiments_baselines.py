@@ -1,7 +1,9 @@
 """distsgd.experiments.baselines (notebook 00): its tables, invariants and decisions on synthetic runs."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +12,8 @@ import pytest
 
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.experiments import baselines
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def fake_run(train_loss=(1.0, 0.5), wall_s=(0.0, 1.0), steps=(0, 4), acc=0.9, comm_bytes=400.0, train_s=2.0):
@@ -22,7 +26,8 @@ def fake_run(train_loss=(1.0, 0.5), wall_s=(0.0, 1.0), steps=(0, 4), acc=0.9, co
 
 def claims_00() -> Claims:
     claims = Claims("00_baselines")
-    claims.register("local_sgd_iid_accuracy", "c", "p", Test("q", ">=", -2.0, "s"))
+    claims.register("local_sgd_iid_accuracy", "c", "p", Test("q", ">=", -1.11, "s", form="non-inferiority",
+                                                              source="pilot: S-SGD's seed range"))
     claims.preregister(dry_run=True)
     return claims
 
@@ -86,10 +91,36 @@ def test_the_speedup_is_an_invariant_from_the_median_block_ratio() -> None:
 
 def test_decide_iid_accuracy_paired_over_seeds_and_none_with_one_seed() -> None:
     claims = claims_00()
-    pairs = pd.DataFrame({"seed": [0, 1, 2], "S-SGD": [0.90, 0.91, 0.92], "local SGD k=4": [0.90, 0.905, 0.925]})
-    assert baselines.decide_iid_accuracy(claims, pairs) == "reproduced"
+    pairs = pd.DataFrame({"seed": [0, 1, 2], "S-SGD": [0.90, 0.91, 0.92], "local SGD k=4": [0.90, 0.905, 0.92]})
+    assert baselines.decide_iid_accuracy(claims, pairs) == "reproduced"       # [-0.88, 0.55] above -1.11
     c = claims.table().set_index("id").loc["local_sgd_iid_accuracy"]
-    assert c.estimate == pytest.approx(0.0) and "+0.00, -0.50, +0.50" in c.measured
+    assert c.estimate == pytest.approx(-0.5 / 3)
+    assert c.measured == ("S-SGD per seed 90.00, 91.00, 92.00%; local SGD k=4 per seed 90.00, 90.50, 92.00%; "
+                          "per-seed differences +0.00, -0.50, +0.00 points")
+    assert baselines.ssgd_seed_range(c.measured) == 2.0
     one = claims_00()
     baselines.decide_iid_accuracy(one, pairs.iloc[:1])
     assert math.isnan(one.table().set_index("id").loc["local_sgd_iid_accuracy"].low)
+    behind = claims_00()                                  # 1.5 points behind on every seed: beyond the margin
+    assert baselines.decide_iid_accuracy(behind, pairs.assign(**{"local SGD k=4": pairs["S-SGD"] - 0.015})) == "contradicted"
+
+
+def test_ssgd_seed_range_reads_the_listed_accuracies_only() -> None:
+    assert baselines.ssgd_seed_range("S-SGD per seed 96.10, 96.10, 94.99, 94.99, 95.54%; local SGD k=4 per seed "
+                                     "90.00, 99.00%; per-seed differences +0.56 points") == 1.11
+    with pytest.raises(ValueError, match="no S-SGD accuracies"):
+        baselines.ssgd_seed_range("per-seed differences -0.28, +0.28 points")
+
+
+def test_the_registered_margin_is_the_committed_pilots_ssgd_seed_range() -> None:
+    """The margin's source, checked: the registered threshold of local_sgd_iid_accuracy is minus S-SGD's
+    seed range in the committed pilot at T, whose seeds are disjoint from the deciding ones and whose
+    run length is theirs; the registration carries the pilot's power."""
+    reg = json.loads((REPO / "reproduce/registered/quick/00_baselines.json").read_text())
+    test = reg["tests"]["local_sgd_iid_accuracy"]
+    pilot = pd.read_csv(REPO / "reproduce/pilots/quick/00_baselines/T/claims.csv").set_index("id").loc["local_sgd_iid_accuracy"]
+    assert test["threshold"] == -baselines.ssgd_seed_range(pilot.measured)
+    assert test["form"] == "non-inferiority" and test["source"].startswith("pilot: ")
+    assert not set(reg["pilot"]["seeds"]) & set(reg["design"]["seeds"])
+    assert reg["pilot"]["steps"] == reg["design"]["steps"]
+    assert test["expected_width"] == pytest.approx(pilot.high - pilot.low) and test["undecidable"] is None

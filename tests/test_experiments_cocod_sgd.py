@@ -2,6 +2,7 @@
 pairs, the invariant and the decisions, on synthetic Results (no run is launched: `run` is replaced)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import pandas as pd
 import pytest
 
 from distsgd import Config
+from distsgd.verdicts import registration
 from distsgd.verdicts.claims import Claims
 from distsgd.comm import parse_net
 from distsgd.experiments import cocod_sgd as exp
 from distsgd.training.results import Result
 
 NAMES = exp.method_names(4)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def result(tmp: Path, name: str, step_s: float = 0.01, steps: int = 8, loss=None, modeled_s: float = 0.0,
@@ -40,7 +43,7 @@ def registered(extra=(), repeats=9, projected: dict | None = None) -> Claims:
     claims = Claims("01_cocod_sgd")
     exp.register_claims(claims, 4, 3, list(extra), repeats)
     if projected is not None:
-        projected["profiles"], projected["bands"] = exp.register_projection(claims)
+        projected["profiles"], projected["bands"] = exp.register_projection(claims, 4)
     claims.preregister(dry_run=True)
     return claims
 
@@ -86,6 +89,24 @@ def test_register_projection_every_model_and_comparison() -> None:
     assert list(bands) == ids and set(claims.registered_tests()) - {"per_iteration_like_local", "hidden_communication"} == set(ids)
     c = claims._get("proj_time_to_target_vs_ssgd_vgg16")
     assert c.test.threshold == 2.0 and "time to target ratio S-SGD / CoCoD-SGD" in c.test.quantity
+    assert c.test.form == "up-to" and "2-3x faster" in c.test.source
+    assert all(bands[i] is None and claims._get(i).precheck.startswith("not covered") for i in ids)
+
+
+def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
+    claims = Claims("01_cocod_sgd")
+    p = notebook_defaults("01_cocod_sgd")
+    exp.register_claims(claims, p["period"], p["seeds"], p["extra_models"], p["repeats"])
+    exp.register_projection(claims, p["period"])
+    design = exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "extra_models",
+                                         "period", "comm_ratios", "latency", "repeats", "control_repeats", "pair_steps",
+                                         "timing_nproc", "timing_batch_size", "backend")))
+    committed = json.loads((ROOT / "reproduce" / "registered" / "quick" / "01_cocod_sgd.json").read_text())
+    assert registration.differences(claims.registered_tests(), design, committed) == []
+    tests = committed["tests"]
+    assert (tests["per_iteration_like_local"]["form"], tests["per_iteration_like_local"]["threshold"]) == ("non-inferiority", 1.0)
+    assert (tests["hidden_communication"]["form"], tests["hidden_communication"]["threshold"]) == ("superiority", 0.0)
+    assert all(t["expected_width"] is None for t in tests.values())          # no pilot (module doc of the notebook)
 
 
 def test_net_for_gives_the_all_reduce_time_asked() -> None:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from distsgd.verdicts import registration
 from distsgd.verdicts.claims import Claims
 from distsgd.experiments import dear
 
@@ -23,10 +24,21 @@ def registered() -> tuple[Claims, dict, dict]:
     return claims, profiles, bands
 
 
-def test_the_registration_is_the_committed_one(registered) -> None:
+def test_the_registration_is_the_committed_one(registered, notebook_defaults) -> None:
     claims, profiles, bands = registered
-    written = json.dumps({"notebook": "06_dear", "tests": claims.registered_tests()}, indent=1) + "\n"
-    assert written == (REGISTERED / "06_dear.json").read_text()     # byte for byte, as preregister writes it
+    p = notebook_defaults("06_dear")
+    design = dear.design(p["nproc"], p["steps"], p["model"], p["data"], p["bench_model"], p["bench_nprocs"],
+                         p["bench_batch_size"], p["bench_nets"], p["bench_steps"], p["bench_warmup"], p["repeats"],
+                         p["threshold_mb"], {k: p[k] for k in ("tune_min_mb", "tune_max_mb", "tune_trials", "tune_window")},
+                         p["backend"])
+    committed = json.loads((REGISTERED / "06_dear.json").read_text())
+    assert registration.differences(claims.registered_tests(), design, committed) == []
+    tests = committed["tests"]
+    assert tests["proj_dear_vs_ddp_10gbe_resnet50"]["form"] == "up-to" and "83%" in tests["proj_dear_vs_ddp_10gbe_resnet50"]["source"]
+    assert tests["proj_dear_vs_ddp_10gbe_resnet50"]["threshold"] == 1.83
+    assert {tests[i]["form"] for i in tests if "shrinks" in i} == {"superiority"}
+    assert {tests[i]["source"][:5] for i in tests if "shrinks" in i or "tuned" in i} == {"null:"}
+    assert all(c.precheck.startswith("not covered") for i, c in claims.claims.items() if i.startswith("proj_"))
     assert sorted(profiles) == ["bert_base", "resnet50"]
     assert sorted(bands) == sorted(i for i in claims.registered_tests() if i.startswith("proj_"))
     assert len(claims.registered_tests()) == 3 + 2 * 4

@@ -11,7 +11,7 @@ import torch
 
 from distsgd.verdicts.claims import Claims
 from distsgd.data import load_data
-from distsgd.experiments.dropit_paper_scale import summary
+from distsgd.experiments.dropit_paper_scale import PAPER_BATCH, dropit_memory_table, summary
 from distsgd.experiments import dropit as exp
 from distsgd.models import build_model
 from distsgd.paths import repo_root
@@ -19,15 +19,16 @@ from distsgd.paths import repo_root
 COMMON = dict(algo="ssgd", data="digits", nproc=1, steps=2, batch_size=4)
 
 
-def registered(models=("mlp",), gammas=(0.5, 0.9), random_gammas=(0.9,), resolution=0.9) -> Claims:
+def registered(models=("mlp",), gammas=(0.5, 0.9), random_gammas=(0.9,)) -> Claims:
     claims = Claims("03_dropit")
-    exp.register_claims(claims, list(models), list(gammas), list(random_gammas), 2, 100, resolution, 0.95)
+    exp.register_claims(claims, list(models), list(gammas), list(random_gammas), 2, 100, max(gammas))
     claims.preregister(dry_run=True)
     return claims
 
 
-def fake_run(acc: float = 0.9, correct=(1, 0, 1, 1)) -> SimpleNamespace:
-    return SimpleNamespace(summary={"final_test_acc": acc, "final_train_loss": 1 - acc, "train_s": 1.0},
+def fake_run(acc: float = 0.9, correct=(1, 0, 1, 1), loss: float | None = None) -> SimpleNamespace:
+    return SimpleNamespace(summary={"final_test_acc": acc, "final_train_loss": 1 - acc if loss is None else loss,
+                                    "train_s": 1.0},
                            test_correct=lambda: np.asarray(correct, float))
 
 
@@ -42,17 +43,45 @@ def test_n_test_images_follows_the_evaluation_cap(monkeypatch) -> None:
     assert exp.n_test_images(ds, "mlp", COMMON) == 4 < full
 
 
-def test_register_claims_ids_and_the_resolution_precheck() -> None:
-    fine, coarse = registered(), registered(resolution=1.5)
-    ids = list(fine.registered_tests())
-    assert ids[:4] == ["acc_within_1pt_mlp_g50", "acc_within_1pt_mlp_g90", "acc_mink_vs_random_mlp_g90",
-                       "memory_overall_mlp"]
-    assert ids[4:] == ["memory_paper_vit_tiny_fp32", "memory_paper_vit_tiny_fp16",
-                       "memory_paper_resnet18_fp32", "memory_paper_resnet18_fp16"]
-    assert "γ = 0.9)" in fine._get("memory_overall_mlp").claim                       # max(gammas)
-    assert not fine._get("acc_within_1pt_mlp_g50").precheck
-    assert "±1.5 points" in coarse._get("acc_within_1pt_mlp_g50").precheck
-    assert not coarse._get("acc_mink_vs_random_mlp_g90").precheck
+def test_register_claims_ids_forms_and_sources() -> None:
+    claims = registered()
+    ids = list(claims.registered_tests())
+    assert ids[:5] == ["acc_noninferior_mlp_g50", "acc_noninferior_mlp_g90", "acc_higher_mlp_g90",
+                       "acc_mink_vs_random_mlp_g90", "memory_overall_mlp"]
+    assert ids[5:] == [f"memory_paper_{m}_{p}" for m in ("vit_base", "vit_tiny", "resnet18") for p in ("fp32", "fp16")]
+    tests = {i: claims._get(i).test for i in ids}
+    assert (tests["acc_noninferior_mlp_g90"].form, tests["acc_noninferior_mlp_g90"].threshold) == ("non-inferiority", -0.4)
+    assert "89.7 → 90.1" in tests["acc_noninferior_mlp_g90"].source
+    assert tests["acc_higher_mlp_g90"].form == tests["acc_mink_vs_random_mlp_g90"].form == "superiority"
+    assert tests["acc_higher_mlp_g90"].source.startswith("null:")
+    assert tests["memory_paper_vit_base_fp32"].threshold == 0.20 and "20,290" in tests["memory_paper_vit_base_fp32"].source
+    assert tests["memory_paper_resnet18_fp16"].threshold == 0.08 and "2,826" in tests["memory_paper_resnet18_fp16"].source
+    assert {t.form for i, t in tests.items() if i.startswith("memory")} == {"up-to"}
+    assert "γ = 0.9)" in claims._get("memory_overall_mlp").claim                       # max(gammas)
+
+
+def test_premises_gate_the_superiority_claims() -> None:
+    """min-k above the baseline is decided only where min-k's training loss is below the baseline's;
+    min-k above random only where random dropping costs accuracy. A premise that shows leaves the
+    claim to its own test."""
+    right = [1, 1, 1, 1, 0, 1, 1, 1]
+    def runs_with(mink_loss: list[float], random_correct: list[list[int]]) -> dict:
+        runs = {}
+        for sd in (0, 1, 2):
+            runs["mlp", "baseline", 0.0, sd] = fake_run(correct=right, loss=1.0 + 0.01 * sd)
+            runs["mlp", "mink", 0.9, sd] = fake_run(correct=right, loss=mink_loss[sd])
+            runs["mlp", "random", 0.9, sd] = fake_run(correct=random_correct[sd])
+        return runs
+    absent = registered(gammas=(0.9,))
+    runs = runs_with([1.0, 1.01, 1.02], [right] * 3)                      # equal losses, random costs nothing
+    exp.precheck_premises(absent, runs, ["mlp"], [0, 1, 2], [0.9], [0.9])
+    assert absent._get("acc_higher_mlp_g90").precheck.startswith("premise absent: min-k's final training loss")
+    assert absent._get("acc_mink_vs_random_mlp_g90").precheck.startswith("premise absent: random dropping")
+    assert not absent._get("acc_noninferior_mlp_g90").precheck
+    present = registered(gammas=(0.9,))
+    worse = [[0, 1, 0, 1, 0, 0, 1, 1], [0, 0, 1, 1, 0, 1, 0, 1], [1, 0, 0, 0, 0, 1, 1, 0]]
+    exp.precheck_premises(present, runs_with([0.5, 0.52, 0.49], worse), ["mlp"], [0, 1, 2], [0.9], [0.9])
+    assert not present._get("acc_higher_mlp_g90").precheck and not present._get("acc_mink_vs_random_mlp_g90").precheck
 
 
 def test_accuracy_tables_and_paper_and_ours() -> None:
@@ -131,7 +160,8 @@ def test_decide_accuracy_paired_per_image() -> None:
         runs["mlp", "random", 0.9, sd] = fake_run(correct=[0, 1, 0, 0, 0, 1, 0, 1])
     exp.decide_accuracy(claims, runs, ["mlp"], [0, 1], [0.9], [0.9])
     t = claims.table().set_index("id")
-    assert t.loc["acc_within_1pt_mlp_g90", "estimate"] == pytest.approx(-100 / 16)
+    assert t.loc["acc_noninferior_mlp_g90", "estimate"] == pytest.approx(-100 / 16)
+    assert t.loc["acc_higher_mlp_g90", "estimate"] == pytest.approx(-100 / 16)
     assert t.loc["acc_mink_vs_random_mlp_g90", "estimate"] == pytest.approx(100 * (11 - 6) / 16)
     assert t.loc["acc_mink_vs_random_mlp_g90", "measured"].endswith("per seed +37.5, +25.0 points")
 
@@ -149,3 +179,36 @@ def test_decide_memory_from_the_counts() -> None:
     assert t.loc["memory_overall_mlp", "measured"] == "all saved tensors: -25.0%"
     row = paper.set_index(["model", "precision"]).loc[("resnet18", "fp32")]
     assert t.loc["memory_paper_resnet18_fp32", "estimate"] == pytest.approx(row["saved bytes freed"])
+    assert t.loc["memory_paper_resnet18_fp32", "verdict"] == "contradicted"       # below the authors' -8.0%
+
+
+def test_planted_change_dropit_at_gamma_0_reproduces_none_of_its_advantages(monkeypatch, tmp_path) -> None:
+    """DropIT reduced to its baseline: γ = 0 in every accuracy run (the model is the baseline's) and in
+    every memory count, on a short form of the quick runs (both models, 2 seeds, 30 steps, the same
+    MNIST test images). None of the claims of DropIT's advantage may come out reproduced: min-k above
+    the baseline and above random dropping (identical models: an interval [0, 0], never strictly above
+    0, and no premise), and every memory saving (nothing freed)."""
+    monkeypatch.setenv("DISTSGD_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(exp, "dropit_option", lambda s, g: {"dropit": {"gamma": 0.0, "strategy": s}})
+    real_dropit = exp.dropit
+    monkeypatch.setattr(exp, "dropit", lambda model, g, s="mink", skip=(): real_dropit(model, 0.0, s, skip=skip))
+    models, seeds, gammas = ["mlp", "lenet5"], [0, 1], [0.9]
+    common = dict(algo="ssgd", data="mnist", nproc=1, steps=30, batch_size=32, lr=0.1, progress=False,
+                  log_every=10, eval_every=30)
+    ds = load_data("mnist")
+    claims = Claims("03_dropit")
+    exp.register_claims(claims, models, gammas, gammas, len(seeds), exp.n_test_images(ds, "mlp", common), 0.9)
+    claims.preregister(dry_run=True)
+    runs = exp.accuracy_runs(models, seeds, gammas, gammas, common)
+    memory = exp.memory_table(models, ds, torch.device("cpu"), gammas, 8, 0)
+    paper_mem = summary(dropit_memory_table("cpu", fake=True, batches={m: 2 for m in PAPER_BATCH},
+                                            input_shape=(3, 32, 32), num_classes=10, gamma=0.0))
+    exp.precheck_premises(claims, runs, models, seeds, gammas, gammas)
+    exp.decide_accuracy(claims, runs, models, seeds, gammas, gammas)
+    exp.decide_memory(claims, memory, paper_mem, max(gammas))
+    t = claims.table().set_index("id")
+    advantage = [i for i in t.index if i.startswith(("acc_higher", "acc_mink_vs_random", "memory"))]
+    assert len(advantage) == 2 + 2 + 2 + 6
+    assert (t.loc[[f"acc_higher_{m}_g90" for m in models], "estimate"] == 0).all()      # the same models
+    reproduced = t.loc[advantage][t.loc[advantage, "verdict"] == "reproduced"]
+    assert reproduced.empty, reproduced[["verdict", "reason"]].to_string()

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distsgd.verdicts.claims import Claims
+from distsgd.verdicts import registration
+from distsgd.verdicts.claims import Claims, paired_accuracy_resolution
 from distsgd.experiments import ssd_sgd as ssd_exp
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"
@@ -31,16 +32,26 @@ def _result(acc: float = 0.9, pulled: float = 0.8, throughput: float = 100.0, st
                            step_seconds=lambda after: pd.Series(steps or [1.0, 1.0]))
 
 
-def test_parameters_and_the_committed_registration() -> None:
+def test_parameters_and_the_committed_registration(notebook_defaults) -> None:
     assert ssd_exp.check_parameters([2, 5, 10], 5) == (5, [2, 5])
     for periods, seeds in [([10], 5), ([2], 1), ([2], 2.0)]:
         with pytest.raises(ValueError):
             ssd_exp.check_parameters(periods, seeds)
-    claims, profile, band = _registered()   # the quick profile's values (its resolution 1.2: coarser than 1 point)
-    written = json.dumps({"notebook": "08_ssd_sgd", "tests": claims.registered_tests()}, indent=1) + "\n"
-    assert written == (REGISTERED / "08_ssd_sgd.json").read_text()     # byte for byte
-    assert "±1.2 points at 95% accuracy" in claims.claims["acc_close_k5"].precheck
+    p = notebook_defaults("08_ssd_sgd")
+    resolution = paired_accuracy_resolution(p["expected_acc"], 1000, p["seeds"])      # 1,000 held-out MNIST images
+    claims = Claims("08_ssd_sgd")
+    profile, band = ssd_exp.register_claims(claims, [2, 5], 5, p["local_rule"], p["seeds"], 1000, p["acc_data"],
+                                            resolution, p["expected_acc"])
+    design = ssd_exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "acc_data",
+                                             "periods", "warmup", "local_lr_scale", "local_rule", "bandwidth_ratio",
+                                             "low_latency", "latency_ratio", "backend")))
+    committed = json.loads((REGISTERED / "08_ssd_sgd.json").read_text())
+    assert registration.differences(claims.registered_tests(), design, committed) == []
+    assert "expected half-width 0.9 points at 95% accuracy" in claims.claims["acc_close_k5"].test.statistic
+    assert {t["form"] for t in committed["tests"].values()} == {"non-inferiority", "superiority"}
+    assert all(t["source"].startswith("null:") and t["expected_width"] is None for t in committed["tests"].values())
     assert profile.model == "resnet20" and claims.claims["warmup_needed"].precheck is None
+    assert band is None and claims.claims["proj_latency_gain_grows"].precheck.startswith("not covered")
 
 
 def test_scaled_networks_from_the_unemulated_runs(monkeypatch) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from distsgd.verdicts import registration
 from distsgd.verdicts.claims import Claims
 from distsgd.experiments import survey_systems as survey
 
@@ -22,16 +23,20 @@ def test_bench_networks_check_the_parameters() -> None:
             survey.bench_networks(*bad)
 
 
-def test_roles_by_the_gradient_tensors_and_the_committed_registration() -> None:
+def test_roles_by_the_gradient_tensors_and_the_committed_registration(notebook_defaults) -> None:
     stats, small, large = survey.model_roles(["mlp", "transformer"])
     assert (small, large) == ("transformer", "mlp")          # the quick profile's roles (the notebook's text)
     assert survey.roles(pd.DataFrame({"mean_tensor_mb": [1.0, 2.0], "largest_tensor_mb": [1.0, 9.0]},
                                      index=["a", "b"])) == ("a", "b")
     claims = Claims("07_survey_systems")
     bands = survey.register_claims(claims, small, large)
-    written = json.dumps({"notebook": "07_survey_systems", "tests": claims.registered_tests()}, indent=1) + "\n"
-    assert written == (REGISTERED / "07_survey_systems.json").read_text()     # byte for byte
+    p = notebook_defaults("07_survey_systems")
+    design = survey.design(p["models"], p["nprocs"], p["net_reference"], p["batch_size"], p["bench_steps"],
+                           p["bench_warmup"], p["repeats"], p["networks"], p["backend"])
+    committed = json.loads((REGISTERED / "07_survey_systems.json").read_text())
+    assert registration.differences(claims.registered_tests(), design, committed) == []
     assert len(bands) == 9 and all(i.startswith("proj_") for i in bands)
+    assert all(t["form"] == "superiority" and t["source"].startswith("null:") for t in committed["tests"].values())
 
 
 def _bench() -> pd.DataFrame:

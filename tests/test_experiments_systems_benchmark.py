@@ -11,7 +11,8 @@ from distsgd.experiments import systems_benchmark as sysb
 def _claims() -> Claims:
     claims = Claims("10_systems_benchmark")
     claims.register("overlap_beats_no_overlap", "overlap beats no overlap", "paper",
-                    Test("no-overlap / best overlapping step time", ">=", 1.0, "median"))
+                    Test("no-overlap / best overlapping step time", ">=", 1.0, "median", form="superiority",
+                         source="null: a ratio of 1"))
     claims.preregister(dry_run=True)
     return claims
 

@@ -72,7 +72,7 @@ def test_every_paper_has_one_row_naming_claims_its_notebook_registers() -> None:
 def test_a_notebook_shows_its_own_row(tmp_path, monkeypatch) -> None:
     claims = Claims("02_liec_sgd")
     for cid in load_headlines()["02_liec_sgd"].claims:
-        claims.register(cid, cid, "paper", Test("q", ">=", 0.0, "s", form="non-inferiority", source="null: no difference"))
+        claims.register(cid, cid, "paper", Test("q", ">=", 0.0, "s", form="superiority", source="null: no difference"))
     claims.preregister(dry_run=True)
     for cid in load_headlines()["02_liec_sgd"].claims:
         claims.decide(cid, 0.1, 0.2, 0.15)

@@ -1,5 +1,6 @@
 """distsgd.verdicts.projection: a projected ratio is decided within the simulator's error measured on the
-survey's cluster (or is inconclusive where no measurement covers it); tables from the simulator."""
+survey's cluster for the same runtime model (or is inconclusive, not covered, where no measurement of that
+model exists); tables from the simulator."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from distsgd.comm.netmodel import parse_net
 from distsgd.verdicts import projection as pj
-from distsgd.systems.timeline import error_band as eb
+from distsgd.systems.timeline import error_band as eb, survey
+from distsgd.systems.timeline.simulate import runtime_model
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.systems.layer_profile import Layer, Profile
+
+NULL = "null: no difference"
+WFBP_A2A, BSP_A2A = survey.runtime("WFBP-A2A"), survey.runtime("BSP-A2A")     # the survey's own runtime models
 
 
 def tiny_profile() -> Profile:
@@ -21,44 +27,93 @@ def tiny_profile() -> Profile:
                    source="flops-scaled", machine="test", layers=layers)
 
 
-def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_schedule_and_fabric():
-    import pandas as pd
-
+def test_measured_error_is_the_extremes_of_the_committed_rows_of_that_runtime_model_and_fabric():
     from distsgd.paths import repo_root
     from distsgd.systems.timeline.survey import ERROR_CSV
 
     table = pd.read_csv(repo_root(Path(pj.__file__).parent) / ERROR_CSV)
-    for algo, methods, net, connection in [("wfbp", ["WFBP-A2A"], "10GbE", "10GbE with TCP/IP"),
-                                           ("ps", ["BSP-PS", "WFBP-PS", "ByteScheduler-PS"], "IB-EDR",
-                                            "100GbIB with RDMA")]:
+    for method, methods, net, connection in [("WFBP-A2A", ["WFBP-A2A"], "10GbE", "10GbE with TCP/IP"),
+                                             ("WFBP-PS", ["WFBP-PS", "ByteScheduler-PS"], "IB-EDR", "100GbIB with RDMA"),
+                                             ("BSP-PS", ["BSP-PS"], "IB-EDR", "100GbIB with RDMA")]:
         rows = table[table.method.isin(methods) & (table.connection == connection)]
-        band = eb.measured_error(algo, net)
+        band = eb.measured_error(survey.runtime(method), net)
         assert (band.low, band.high, band.rows) == (rows.error.min(), rows.error.max(), len(rows)) and len(rows) >= 12
-        assert band.low < 0 < band.high
+        assert band.low < band.high and band.methods == tuple(methods)
+
+
+def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
+    """The key stored with each row is the runtime model `simulate` reports for the survey's
+    method (`Prediction.model`), computed without simulating (`survey.runtime`)."""
+    table = survey.load_error()
+    keyed = dict(zip(table.method, eb.measured_models(table)))
+    assert keyed == {m: survey.runtime(m) for m in survey.METHODS}
+    prof = tiny_profile()
+    net = parse_net("10GbE")
+    assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
+    assert keyed["WFBP-PS"].runtime == "stated BytePS (servers nodes)" and keyed["WFBP-A2A"].runtime == "stated HorovodWFBP"
+    assert keyed["BSP-A2A"].runtime == "class SSGD_no_overlap" and keyed["WFBP-PS"] == keyed["ByteScheduler-PS"]
+
+
+def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
+    """The survey's PS rows are BytePS's stated model (separate server machines); the kit's own `ps`
+    class with exactly the same parameters is another runtime model: its projection is not covered,
+    and so is one with the survey's parameters but without the survey's effects (contention), or
+    the kit's `wfbp` class for Horovod's WFBP rows."""
+    byteps = survey.runtime("WFBP-PS")
+    kit_ps = pj.runtime({"algo": "ps", "params": survey.METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
+    assert kit_ps.algo == byteps.algo == "ps" and kit_ps.params == byteps.params and kit_ps.runtime == "class PS"
+    assert eb.measured_error(byteps, "10GbE").methods == ("WFBP-PS", "ByteScheduler-PS")
+    byteps_no_contention = runtime_model("ps", survey.METHODS["WFBP-PS"].params,
+                                         survey.topology("WFBP-PS", parse_net("PCIe3"), parse_net("10GbE")))
+    assert byteps_no_contention.runtime == byteps.runtime and byteps_no_contention.contention == 0
+    for other in (kit_ps, byteps_no_contention, pj.runtime({"algo": "wfbp"}, "10GbE", 4, "PCIe3"),
+                  pj.runtime({"algo": "no_overlap", "params": survey.METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
+        with pytest.raises(eb.Uncovered, match="no survey row was predicted by this runtime model"):
+            eb.measured_error(other, "10GbE")
+    claims = Claims("t")
+    assert pj.register(claims, "proj_ps", "claim", "paper", "PS / PS + partition", ">=", 1.0, "superiority", NULL,
+                       [(kit_ps, "10GbE")], [(byteps, "10GbE")]) is None
+    assert "not covered" in claims.claims["proj_ps"].precheck and "class PS" in claims.claims["proj_ps"].precheck
+
+
+def test_notebook_07s_ps_claims_are_not_decided_by_bytepss_band():
+    """07 projects the kit's own PS (every rank a server shard, 25 MB buckets), which the survey never
+    measured: its `proj_ps_partition_helps_*` are prechecked not covered, not decided within the band
+    of BytePS's model (as they were: "reproduced", 4.09x for BERT-Large on 10GbE, where BytePS's
+    model gives 1.00x)."""
+    from distsgd.experiments import survey_systems
+
+    claims = Claims("07_survey_systems")
+    bands = survey_systems.register_claims(claims, "transformer", "mlp")
+    for f in survey_systems.PROJ_NETS:
+        cid = f"proj_ps_partition_helps_{f}"
+        assert bands[cid] is None, f"{cid} is decided within {bands[cid].describe()}"
+        assert "not covered" in claims.claims[cid].precheck
 
 
 @pytest.mark.parametrize("ratio, verdict", [(2.5, "reproduced"), (1.5, "inconclusive"), (1.1, "inconclusive"),
                                             (1.0, "contradicted")])
 def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict):
     """measured = predicted / (1 + e): numerator e in [-10%, +20%], denominator in [-30%, +5%]."""
-    num = eb.ErrorBand("wfbp", "10GbE", -0.1, 0.2, 12, ("WFBP-A2A",))
-    den = eb.ErrorBand("no_overlap", "10GbE", -0.3, 0.05, 12, ("BSP-A2A",))
+    num = eb.ErrorBand((WFBP_A2A,), "10GbE", -0.1, 0.2, 12, ("WFBP-A2A",))
+    den = eb.ErrorBand((BSP_A2A,), "10GbE", -0.3, 0.05, 12, ("BSP-A2A",))
     band = eb.RatioBand(((num, 1), (den, -1)))
     low, high = band.interval(ratio)
     assert low == pytest.approx(ratio / 1.2 * 0.7) and high == pytest.approx(ratio / 0.9 * 1.05)
     claims = Claims("t")
-    claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT))
+    claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT, form="up-to", source="paper: 1.2x"))
     claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
-    assert "wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+    assert "wfbp by stated HorovodWFBP on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
-def test_an_unmeasured_schedule_or_fabric_is_inconclusive_by_a_precheck_naming_it():
+def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_naming_it():
     claims = Claims("t")
-    bands = {id: pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, num, den)
-             for id, num, den in [("proj_fusion", [("fusion", "10GbE")], [("wfbp", "10GbE")]),
-                                  ("proj_fabric", [("wfbp", "10Gbit")], [("no_overlap", "10Gbit")]),
-                                  ("proj_covered", [("no_overlap", "10GbE")], [("wfbp", "10GbE")])]}
+    fusion = pj.runtime({"algo": "fusion"}, "10GbE")
+    bands = {id: pj.register(claims, id, "claim", "paper", "ratio", ">=", 1.0, "superiority", NULL, num, den)
+             for id, num, den in [("proj_fusion", [(fusion, "10GbE")], [(WFBP_A2A, "10GbE")]),
+                                  ("proj_fabric", [(WFBP_A2A, "10Gbit")], [(BSP_A2A, "10Gbit")]),
+                                  ("proj_covered", [(BSP_A2A, "10GbE")], [(WFBP_A2A, "10GbE")])]}
     claims.preregister(dry_run=True)
     for id, band in bands.items():
         assert (band is None) == (id != "proj_covered")
@@ -66,9 +121,10 @@ def test_an_unmeasured_schedule_or_fabric_is_inconclusive_by_a_precheck_naming_i
     table = claims.table().set_index("id")
     assert list(table.verdict) == ["inconclusive", "inconclusive", "reproduced"]
     assert "no fusion" in table.reason["proj_fusion"] and "'10Gbit'" in table.reason["proj_fabric"]
-    assert "none covers it" in table.test["proj_fusion"] and "no_overlap on 10GbE: " in table.test["proj_covered"]
+    assert "none covers it" in table.test["proj_fusion"] and "no_overlap by class SSGD_no_overlap on 10GbE: " in table.test["proj_covered"]
     with pytest.raises(ValueError, match="starts with 'proj_'"):             # counted apart from measured claims
-        pj.register(Claims("t"), "fusion", "claim", "paper", "ratio", ">=", 1.0, [("wfbp", "10GbE")], [("wfbp", "10GbE")])
+        pj.register(Claims("t"), "fusion", "claim", "paper", "ratio", ">=", 1.0, "superiority", NULL,
+                    [(WFBP_A2A, "10GbE")], [(WFBP_A2A, "10GbE")])
 
 
 def test_project_rows_and_label():
@@ -86,7 +142,6 @@ def test_trace_is_one_steady_iteration(tmp_path):
     import json
 
     from distsgd.systems.timeline import Topology, simulate
-    from distsgd.comm.netmodel import parse_net
 
     prof = tiny_profile()
     case = {"algo": "dear", "params": {"threshold_mb": 4.0}, "label": "DeAR"}
@@ -113,30 +168,31 @@ def test_tensor_stats():
                                                       "largest_tensor_mb": 6.0}
 
 
-def test_the_fastest_of_several_schedules_has_the_union_of_their_bands():
-    band = eb.ratio_band([(("no_overlap", "wfbp"), "10GbE")], [])
+def test_the_fastest_of_several_runtime_models_has_the_union_of_their_bands():
+    band = eb.ratio_band([((BSP_A2A, WFBP_A2A), "10GbE")], [])
     (fastest, exponent), = band.terms
-    parts = [eb.measured_error(a, "10GbE") for a in ("no_overlap", "wfbp")]
+    parts = [eb.measured_error(m, "10GbE") for m in (BSP_A2A, WFBP_A2A)]
     assert exponent == 1 and fastest.low == min(p.low for p in parts) and fastest.high == max(p.high for p in parts)
+    assert fastest.algo == "no_overlap/wfbp" and fastest.methods == ("BSP-A2A", "WFBP-A2A")
     with pytest.raises(eb.Uncovered, match="no fusion"):
-        eb.ratio_band([(("wfbp", "fusion"), "10GbE")], [])
+        eb.ratio_band([((WFBP_A2A, pj.runtime({"algo": "fusion"}, "10GbE")), "10GbE")], [])
 
 
-def test_a_sweep_table_carries_the_measured_error_beside_each_prediction():
-    import pandas as pd
-
-    table = pd.DataFrame({"algo": ["wfbp", "dear", "wfbp"], "net": ["10GbE", "10GbE", "100Gbit,5us"],
-                          "step_s": [0.3, 0.3, 0.3]})
+def test_a_sweep_table_carries_the_measured_error_of_each_rows_runtime_model():
+    table = pd.DataFrame({"runtime_model": [WFBP_A2A, pj.runtime({"algo": "dear"}, "10GbE"), WFBP_A2A,
+                                            pj.runtime({"algo": "wfbp"}, "10GbE")],
+                          "net": ["10GbE", "10GbE", "100Gbit,5us", "10GbE"], "step_s": [0.3, 0.3, 0.3, 0.3]})
     out = eb.with_measured_error(table)
-    band = eb.measured_error("wfbp", "10GbE")
+    band = eb.measured_error(WFBP_A2A, "10GbE")
     assert out.step_s_low[0] == pytest.approx(0.3 / (1 + band.high)) and out.step_s_high[0] == pytest.approx(0.3 / (1 + band.low))
     assert out.measured_error[0].endswith("(12 survey rows)")
     assert out.measured_error[1] == "not measured: the survey measured no dear"
     assert out.measured_error[2].startswith("not measured: the survey measured no network") and out.step_s_low.isna()[2]
+    assert out.measured_error[3] == "not measured: no survey row was predicted by this runtime model"
 
 
 def test_interval_is_ordered_for_negative_values():
-    band = eb.ratio_band([("wfbp", "10GbE")], [("no_overlap", "10GbE")])
+    band = eb.ratio_band([(WFBP_A2A, "10GbE")], [(BSP_A2A, "10GbE")])
     low, high = band.interval(-0.5)
     assert low <= -0.5 <= high
 
@@ -150,30 +206,32 @@ def test_grid_twins_are_the_grid_points_grouping_like_the_threshold():
     assert pj.grid_twins(prof, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
 
 
-def test_simulate_case_is_the_sweeps_row():
+def test_simulate_case_is_the_sweeps_row_and_its_runtime_model_the_registered_one():
     prof = tiny_profile()
-    case = {"algo": "dear", "params": {"tune": True, "tune_trials": 3}, "label": "DeAR tuned"}
+    case = {"algo": "dear", "params": {"tune": True, "tune_trials": 3, "tune_window": 2}, "label": "DeAR tuned"}
     pred = pj.simulate_case(prof, case, 8, "10GbE", 4, "PCIe3")
     row = pj.project(prof, [case], [8], ["10GbE"], 4, "PCIe3").iloc[0]
     assert pred.step_s == row.step_s and len(pred.tuning) == 3
+    assert pred.model == row.runtime_model == pj.runtime(case, "10GbE", 4, "PCIe3")
     assert pred.net.startswith("DeAR tuned, projection: toy b8")
 
 
 def test_every_fabric_the_survey_measured_covers_its_projections():
-    from distsgd.comm.netmodel import parse_net
     from distsgd.experiments import survey_systems
 
+    byteps = survey.runtime("WFBP-PS")
     for spec in survey_systems.PROJ_NETS.values():               # 07's networks: 10GbE, 100GbE-TCP, IB-EDR
-        band = eb.measured_error("ps", spec)
-        assert band.rows == 3 * 3 * 4 and band.low < band.high   # BSP-, WFBP-, ByteScheduler-PS x 3 models x p
-    tcp = eb.measured_error("wfbp", "100GbE-TCP:100Gbit,20us")
-    assert tcp.methods == ("WFBP-A2A",) and tcp.rows == 12 and tcp.low != eb.measured_error("wfbp", "IB-EDR").low
-    same = [eb.measured_error("wfbp", "mine:100Gbit,20us"), eb.measured_error("wfbp", "mine", network=parse_net("100Gbit,20us"))]
+        band = eb.measured_error(byteps, spec)
+        assert band.rows == 2 * 3 * 4 and band.low < band.high   # WFBP-, ByteScheduler-PS x 3 models x p
+    tcp = eb.measured_error(WFBP_A2A, "100GbE-TCP:100Gbit,20us")
+    assert tcp.methods == ("WFBP-A2A",) and tcp.rows == 12 and tcp.low != eb.measured_error(WFBP_A2A, "IB-EDR").low
+    same = [eb.measured_error(WFBP_A2A, "mine:100Gbit,20us"),
+            eb.measured_error(WFBP_A2A, "mine", network=parse_net("100Gbit,20us"))]
     assert all((b.low, b.high, b.rows, b.methods) == (tcp.low, tcp.high, tcp.rows, tcp.methods) for b in same)
     for other in ("100GbE-TCP:100Gbit,5us", "100GbE-TCP"):       # the numbers decide, not the name
         with pytest.raises(eb.Uncovered, match="no network"):
-            eb.measured_error("wfbp", other)
-    table = pd.DataFrame({"algo": ["wfbp", "wfbp"], "net": ["mine", "yours"], "step_s": [0.3, 0.3]})
+            eb.measured_error(WFBP_A2A, other)
+    table = pd.DataFrame({"runtime_model": [WFBP_A2A, WFBP_A2A], "net": ["mine", "yours"], "step_s": [0.3, 0.3]})
     out = eb.with_measured_error(table, {"mine": parse_net("100Gbit,20us"), "yours": parse_net("100Gbit,21us")})
     assert out.measured_error[0].endswith("(12 survey rows)")
     assert out.measured_error[1] == "not measured: the survey measured no network 'yours'"

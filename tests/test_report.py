@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def write_notebook(figures: Path, name: str, verdicts: dict[str, tuple[float, float]]) -> None:
     claims = Claims(name)
     for cid in verdicts:
-        claims.register(cid, f"claim {cid}", "paper value", Test("q", ">=", 1.0, "median"))
+        claims.register(cid, f"claim {cid}", "paper value", Test("q", ">=", 1.0, "median", form="up-to", source="paper: Table 1, 1x"))
     claims.preregister(dry_run=True)
     for cid, (lo, hi) in verdicts.items():
         claims.decide(cid, lo, hi, (lo + hi) / 2, f"measured {cid}")
@@ -31,7 +31,8 @@ def test_report_lists_every_claim_with_verdict_interval_and_figures(tmp_path) ->
     assert ("3 measured claims: 1 reproduced, 1 contradicted, 1 inconclusive; 1 projected claims: 1 reproduced, "
             "0 contradicted, 0 inconclusive; 2 invariants") in md
     assert "| 00_a | 1 / 1 / 0 | - | 1/1 |" in md and "| 01_b | 0 / 0 / 1 | 1 / 0 / 0 | 1/1 |" in md
-    assert "| claim up | paper value | q >= 1 (median) | 1.75 [1.5, 2] | reproduced |" in md
+    assert ("| claim up | paper value | up-to: q >= 1 (median); threshold from paper: Table 1, 1x | 1.75 [1.5, 2] "
+            "| reproduced |") in md
     assert "[curve.png](../figures/00_a/curve.png)" in md
     page = (out / "REPORT.html").read_text()
     assert "<img src='../figures/01_b/curve.png'" in page and "contradicted" in page

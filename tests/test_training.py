@@ -50,6 +50,22 @@ def test_ssgd_ddp_and_local_sgd_period1_give_the_same_model():
 
 
 @pytest.mark.multiproc
+def test_eval_average_evaluates_the_average_of_the_ranks_models():
+    """Local SGD evaluated at step 18, two steps after its last average: with eval_average the
+    logged objective is the averaged model's, which `finalize` then makes every rank's model (the
+    final train loss); without, it is the mean of the ranks' own models' objectives, higher (the
+    loss is convex in the logistic model's weights). The evaluation sends nothing counted."""
+    cfg = dict(SMALL, model="logistic", steps=18, log_every=18, eval_every=18, eval_train=True)
+    own = distsgd.run(algo="local_sgd", params={"period": 8}, **cfg)
+    avg = distsgd.run(algo="local_sgd", params={"period": 8}, eval_average=True, **cfg)
+    at_18 = lambda r: r.metrics.set_index("step").train_objective[18]      # noqa: E731
+    assert at_18(avg) == pytest.approx(avg.summary["final_train_loss"], abs=1e-6)
+    assert at_18(own) > at_18(avg) + 1e-4
+    assert avg.summary["comm_bytes"] == own.summary["comm_bytes"]
+    assert avg.summary["final_train_loss"] == own.summary["final_train_loss"]     # training untouched
+
+
+@pytest.mark.multiproc
 def test_local_sgd_sends_period_times_fewer_bytes_and_ranks_agree():
     r1 = distsgd.run(algo="local_sgd", params={"period": 1}, **SMALL)
     r4 = distsgd.run(algo="local_sgd", params={"period": 4}, **SMALL)

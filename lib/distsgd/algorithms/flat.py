@@ -1,7 +1,8 @@
 """Flattening a model's state into one buffer, for one-collective model averaging."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 
@@ -41,3 +42,18 @@ def average(comm: "Comm", tensors: list[torch.Tensor], group: "Group | None" = N
     comm.all_reduce(flat, op="avg", group=group)
     unflatten_into(flat, tensors)
     return flat
+
+
+@contextlib.contextmanager
+def average_swapped_in(comm: "Comm", tensors: list[torch.Tensor]) -> Iterator[None]:
+    """Inside: `tensors` hold their mean over the ranks, (1/p) sum_i x_i, from one uncounted
+    all-reduce (bookkeeping for an evaluation: not in the ledger); on exit each rank's own
+    values again, so that training goes on from them."""
+    with torch.no_grad():
+        own = flatten(tensors)
+        unflatten_into(comm.reduce_uncounted(own.clone(), op="avg"), tensors)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            unflatten_into(own, tensors)

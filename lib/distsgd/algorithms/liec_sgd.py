@@ -21,6 +21,10 @@ averaging 4d up and 4d down twice (model and gradient). With H = 1 every step is
 With the identity compressor delta_i = 0 and e = 0, so the models never drift: synchronous SGD
 for any H.
 
+Without `error_compensation` (an ablation: LIEC-SGD reduced to bidirectional compression with
+periodic dense averaging and no compensation at all) a compressed step applies q = C((1/N) sum_j
+c_j) alone: delta_i is dropped and the server keeps no error (e stays 0).
+
 Evaluation, as in the authors' code: during the run the average of the workers' models is
 evaluated (`evaluating()`; a bookkeeping all-reduce outside the ledger, as evaluation is outside
 the paper's traffic) and training continues from each worker's own model; `finalize()` leaves
@@ -52,9 +56,12 @@ class LIECSGD(ServerCompression):
     params = PARAMS + (
         Param("period", 32, "H: steps between the dense averaging steps (model average, dense "
               "gradient, server error flushed)", lambda v: v >= 1, "an integer >= 1"),
+        Param("error_compensation", True, "apply delta_i = g_i - C(g_i) at once and keep the server "
+              "error e (False: neither, bidirectional compression uncompensated)"),
     )
 
     period: int
+    error_compensation: bool
 
     @classmethod
     def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
@@ -79,9 +86,12 @@ class LIECSGD(ServerCompression):
                 mean = self.server_memory.compensate(mean)
                 self.server_memory.flush()
             self.set_grad(self.broadcast_dense(mean))
-        else:
+        elif self.error_compensation:
             c, mean = self.upload(g, step)
             self.set_grad(self.server_step(mean, step) + (g - c))
+        else:
+            _, mean = self.upload(g, step)
+            self.set_grad(self.broadcast_compressed(mean, step))
 
     @torch.no_grad()
     def average_model(self) -> None:

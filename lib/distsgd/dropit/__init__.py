@@ -8,7 +8,7 @@ arXiv 2202.13808.
   `stem_and_head(model)`: the two layers the authors leave exact.
 - `measure_activation_memory`, `SavedTensorMeter`: bytes saved for backward (fp32 or autocast),
   and peak CUDA memory (`measure`); `count_activation_memory`: the same count on fake tensors, no
-  kernel run (`distsgd.experiments.dropit_paper_scale` counts DeiT-Ti and ResNet-18 at the paper's batch).
+  kernel run (`distsgd.experiments.dropit_paper_scale` counts ViT-B/16, DeiT-Ti and ResNet-18 at the paper's batch).
 - `gradient_fidelity`: DropIT's weight gradients against the exact ones (`fidelity`).
 """
 from .layers import DropITConv2d, DropITLayer, DropITLinear, dropit, dropit_layers, stem_and_head

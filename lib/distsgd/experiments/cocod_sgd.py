@@ -28,14 +28,19 @@ from ..systems.timeline.error_band import RatioBand
 PROJ_DEVICE, PROJ_BATCH, PROJ_NPROC = "GTX1080Ti-fp32", 128, 16
 PROJ_MODELS = {"resnet18": "", "vgg16": "_vgg16"}      # model -> claim id suffix
 PROJ_NET = "10GbE"                                      # [assumption]: the paper's network is not in the text we have
-# the projected claims: id, claim, the paper's words, the slower and the faster method, threshold of slower / faster
+NULL_ORDER = "null: no difference, ratio 1 (Fig. 1 orders the methods, it gives no size)"
+UP_TO = ("paper: abstract, \"when training ResNet18 and VGG16 with 16 Geforce GTX 1080Ti GPUs, CoCoD-SGD is up to "
+         "2-3x faster than traditional synchronous SGD\": the lower end, 2")
+# the projected claims: id, claim, the paper's words, the slower and the faster method, threshold of slower / faster,
+# the test's form and the threshold's source
 PROJ_CLAIMS = (
     ("proj_time_to_target_vs_local", "CoCoD-SGD reaches the target before local SGD",
-     "CoCoD fastest (Fig. 1 ordering CoCoD-SGD < local SGD < S-SGD)", "local_sgd", "cocod_sgd", 1.0),
+     "CoCoD fastest (Fig. 1 ordering CoCoD-SGD < local SGD < S-SGD)", "local_sgd", "cocod_sgd", 1.0,
+     "superiority", NULL_ORDER),
     ("proj_time_to_target_local_vs_ssgd", "local SGD reaches the target before S-SGD",
-     "Fig. 1 ordering CoCoD-SGD < local SGD < S-SGD", "ssgd", "local_sgd", 1.0),
+     "Fig. 1 ordering CoCoD-SGD < local SGD < S-SGD", "ssgd", "local_sgd", 1.0, "superiority", NULL_ORDER),
     ("proj_time_to_target_vs_ssgd", "CoCoD-SGD reaches the target >= 2x faster than S-SGD", "2-3x (16 GPUs)",
-     "ssgd", "cocod_sgd", 2.0))
+     "ssgd", "cocod_sgd", 2.0, "up-to", UP_TO))
 SHORT_NAME = {"ssgd": "S-SGD", "local_sgd": "local SGD", "cocod_sgd": "CoCoD-SGD"}
 PROJ_COLUMNS = ["model", "label", "step_s", "compute_s", "comm_s", "exposed_comm_s", "hidden",
                 "steps to target (this notebook)", "projected time to target (s)"]
@@ -58,20 +63,24 @@ def check_parameters(nproc: int, slow_speed: float, seeds: int) -> list[float]:
 
 def register_claims(claims: Claims, period: int, seeds: int, extra_models: list[str], repeats: int) -> None:
     """Register the measured claims: CoCoD-SGD's final training loss over local SGD's (same `period`) at
-    most 1.25 on the notebook's model and on each of `extra_models` (paired seeds), and at least 80% of
-    its modeled communication hidden (the median over `repeats` interleaved pairs)."""
+    most 1 on the notebook's model and on each of `extra_models` (paired seeds; non-inferiority at the
+    null: the paper gives no tolerance for "the same iteration complexity" and no pilot gives one), and
+    more than nothing of its modeled communication hidden (superiority over the null 0, the median over
+    `repeats` interleaved pairs; the blocking control's precheck is its premise)."""
     models = [("per_iteration_like_local", "")] + [(f"per_iteration_like_local_{m}", f"{m}: ") for m in extra_models]
     for cid, prefix in models:
         claims.register(
             cid, f"{prefix}per iteration, CoCoD-SGD converges like local SGD with the same period (k={period})",
             "same iteration complexity as local SGD",
-            Test("final training loss ratio CoCoD-SGD / local SGD", "<=", 1.25,
-                 f"95% paired t interval over {seeds} seeds of the log ratio, exponentiated"))
+            Test("final training loss ratio CoCoD-SGD / local SGD", "<=", 1.0,
+                 f"95% paired t interval over {seeds} seeds of the log ratio, exponentiated", form="non-inferiority",
+                 source="null: no difference, ratio 1 (the paper states the same iteration complexity, no tolerance)"))
     claims.register(
-        "hidden_communication", "CoCoD-SGD hides >= 80% of its communication behind computation (comm-bound network)",
+        "hidden_communication", "CoCoD-SGD hides its communication behind computation (comm-bound network)",
         "communication off the critical path",
-        Test("fraction of the modeled communication hidden", ">=", 0.8,
-             f"95% interval of the median over {repeats} interleaved pairs (quantile_test)"))
+        Test("fraction of the modeled communication hidden", ">=", 0.0,
+             f"95% interval of the median over {repeats} interleaved pairs (quantile_test)", form="superiority",
+             source="null: nothing hidden, 0 (a blocking average, local SGD's)"))
 
 
 def precheck_cores(claims: Claims, timing_nproc: int) -> tuple[int, bool]:
@@ -86,23 +95,46 @@ def precheck_cores(claims: Claims, timing_nproc: int) -> tuple[int, bool]:
     return cores, oversubscribed
 
 
-def register_projection(claims: Claims) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
+def register_projection(claims: Claims, period: int) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
     """Load the committed layer profile of each model of `PROJ_MODELS` on `PROJ_DEVICE` at `PROJ_BATCH`
     and register its projected claims (`PROJ_CLAIMS`), each to be decided within the simulator's error
-    measured on a real cluster for its schedules on `PROJ_NET` (`projection.register`: a setting no
-    measurement covers is inconclusive by that precheck, before the projection). Returns the profiles
-    and each claim id's band."""
+    measured on a real cluster for the same runtime models (`projection_cases` with `period`) on
+    `PROJ_NET` (`projection.register`: a runtime model no measurement covers leaves the claim
+    inconclusive by that precheck, before the projection). Returns the profiles and each claim id's band."""
     profiles = {m: projection.load_profile(m, PROJ_DEVICE, PROJ_BATCH) for m in PROJ_MODELS}
+    model = {c["algo"]: projection.runtime(c, PROJ_NET) for c in projection_cases(period)}
     bands = {}
     for m, sfx in PROJ_MODELS.items():
         label = projection.describe(profiles[m], PROJ_NPROC, PROJ_NET)
-        for cid, claim, paper, slower, faster, threshold in PROJ_CLAIMS:
+        for cid, claim, paper, slower, faster, threshold, form, source in PROJ_CLAIMS:
             bands[cid + sfx] = projection.register(
                 claims, cid + sfx, f"{m} at the paper's scale: {claim}", paper,
                 f"{label}: time to target ratio {SHORT_NAME[slower]} / {SHORT_NAME[faster]} (steps to target from "
-                "this notebook's runs x projected s/iteration)", ">=", threshold, [(slower, PROJ_NET)],
-                [(faster, PROJ_NET)])
+                "this notebook's runs x projected s/iteration)", ">=", threshold, form, source,
+                [(model[slower], PROJ_NET)], [(model[faster], PROJ_NET)])
     return profiles, bands
+
+
+def projection_cases(period: int) -> list[dict[str, Any]]:
+    """The projected methods (labelled cases): the kit's S-SGD, local SGD and CoCoD-SGD with `period`."""
+    names = method_names(period)
+    return [{"algo": "ssgd", "label": names["ssgd"]},
+            {"algo": "local_sgd", "params": {"period": period}, "label": names["local_sgd"]},
+            {"algo": "cocod_sgd", "params": {"period": period}, "label": names["cocod_sgd"]}]
+
+
+def design(seed: int, seeds: int, steps: int, nproc: int, batch_size: int, model: str, data: str, extra_models: list[str],
+           period: int, comm_ratios: list[float], latency: str, repeats: int, control_repeats: int, pair_steps: int,
+           timing_nproc: int, timing_batch_size: int, backend: str) -> dict[str, Any]:
+    """What fixes the deciding runs (`Claims.preregister`'s design): seeds, steps, ranks, batch, model,
+    data, period, the network sweep's rule, the timing pairs and the backend; and the projection's
+    setting (device, models, batch, workers, network)."""
+    return {"seed": seed, "seeds": seeds, "steps": steps, "nproc": nproc, "batch_size": batch_size, "model": model,
+            "data": data, "extra_models": list(extra_models), "period": period, "comm_ratios": list(comm_ratios),
+            "latency": latency, "repeats": repeats, "control_repeats": control_repeats, "pair_steps": pair_steps,
+            "timing_nproc": timing_nproc, "timing_batch_size": timing_batch_size, "backend": backend,
+            "projection": {"device": PROJ_DEVICE, "models": list(PROJ_MODELS), "batch_size": PROJ_BATCH,
+                           "nproc": PROJ_NPROC, "net": PROJ_NET}}
 
 
 def net_for(ratio: float, c: float, nbytes: int, p: int, latency: str) -> str:
@@ -216,7 +248,7 @@ def ratio_table(runs: dict[str, Result], reach: dict[str, dict[str, float]], c: 
                           "measured (median over logged periods)": (period_times[slower] / period_times[faster]).median(),
                           "arithmetic, nothing hidden": arithmetic_time(slower, False) / arithmetic_time(faster, False),
                           "arithmetic, average hidden": arithmetic_time(slower, True) / arithmetic_time(faster, True)}
-                         for slower, faster in ((names[a], names[b]) for _, _, _, a, b, _ in PROJ_CLAIMS)])
+                         for slower, faster in ((names[a], names[b]) for _, _, _, a, b, *_ in PROJ_CLAIMS)])
 
 
 def per_iteration_pairs(model: str, seeds: int, common: dict[str, Any], period: int,
@@ -332,11 +364,8 @@ def projection_table(profiles: dict[str, Profile], period: int, reach: dict[str,
     notebook (`reach`, from `time_to_target`), their product (the projected time to the target) and the
     fraction of the communication hidden in the timeline (1 - exposed / link-busy). Writes the table to
     `out`/projection.csv and each profile's note beside it (`projection.write_profile_note`)."""
-    names = method_names(period)
-    cases = [{"algo": "ssgd", "label": names["ssgd"]},
-             {"algo": "local_sgd", "params": {"period": period}, "label": names["local_sgd"]},
-             {"algo": "cocod_sgd", "params": {"period": period}, "label": names["cocod_sgd"]}]
-    proj = pd.concat([projection.project(profiles[m], cases, [PROJ_NPROC], [PROJ_NET]) for m in PROJ_MODELS],
+    proj = pd.concat([projection.project(profiles[m], projection_cases(period), [PROJ_NPROC], [PROJ_NET])
+                      for m in PROJ_MODELS],
                      ignore_index=True)
     proj["steps to target (this notebook)"] = proj.label.map({name: reach[name]["step"] for name in reach})
     proj["projected time to target (s)"] = proj["steps to target (this notebook)"] * proj.step_s
@@ -368,7 +397,7 @@ def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Pr
         row = proj[proj.model == m].set_index("label")
         label = projection.describe(profiles[m], PROJ_NPROC, PROJ_NET)
         t, st = row["projected time to target (s)"], row.step_s
-        for cid, _, _, slow_algo, fast_algo, _ in PROJ_CLAIMS:
+        for cid, _, _, slow_algo, fast_algo, *_ in PROJ_CLAIMS:
             slower, faster = names[slow_algo], names[fast_algo]
             projection.decide(claims, cid + sfx, float(t[slower] / t[faster]), label, bands[cid + sfx],
                               f"steps to loss {target:.3f} ({setting}): {reach[slower]['step']:.0f} vs "

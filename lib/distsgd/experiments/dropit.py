@@ -1,6 +1,23 @@
-"""Notebook 03 (DropIT, Chen et al., ICLR 2023): its claims' registration, the accuracy runs'
-tables, the in-process weight-gradient and activation-memory measurements, the figures of
-those tables, the invariants and the claims' decisions."""
+"""Notebook 03 (DropIT, Chen et al., ICLR 2023): its claims' registration, the accuracy runs and
+their tables, the in-process weight-gradient and activation-memory measurements, the figures of
+those tables, the invariants, the claims' premises and decisions.
+
+Each claim in its form (`claims.FORMS`), every threshold with its source:
+
+- *as good as* (non-inferiority): min-k's test accuracy minus the baseline's at each γ ≥ -`NI_MARGIN`
+  points, the smallest gain the paper reports at γ = 0.9 (`NI_SOURCE`): a loss smaller than the
+  paper's own effect;
+- *higher test accuracy* (superiority, the abstract's words): min-k's accuracy strictly above the
+  baseline's at γ = max(gammas), decided only where the setting shows the premise the abstract gives
+  for it ("reduces noise on estimated gradients and therefore has a higher rate of convergence"):
+  min-k's final training loss below the baseline's (`precheck_premises`);
+- min-k above random dropping (superiority, an ablation), decided only where random dropping costs
+  accuracy here (its premise);
+- *saving 20% GPU memory* (the v1 abstract, an "up to" number: the kit's count against the paper's):
+  the fraction of the bytes saved for backward that min-k frees, against 20% (`V1_SOURCE`) for the
+  ViTs and the small models, against the authors' own -8.0% for ResNet-18 (`RESNET18_SOURCE`), of
+  which the paper never claimed 20%.
+"""
 from __future__ import annotations
 
 import copy
@@ -17,18 +34,30 @@ import torch.nn.functional as F
 
 from ..verdicts import plots
 from ..training.caps import Caps
-from ..verdicts.claims import Claims, Test
+from ..verdicts.claims import Claims, Test, interval_or_nan, paired_accuracy_interval, paired_interval
 from ..training.config import Config
 from ..data.base import DataSource
 from .dropit_paper_scale import PAPER_BATCH, PAPER_GAMMA, PAPER_INPUT, PRECISIONS
 from ..dropit import dropit, gradient_fidelity, measure_activation_memory, stem_and_head
 from ..models import build_model
 from ..training.results import Result
+from ..training.runner import run
 
 STRATEGIES = ("mink", "random")
 STRATEGY_LABEL = {"mink": "min-k", "random": "random"}
 # an accuracy run's key: (model, strategy, gamma, seed); the baseline is ("baseline", 0.0)
 RunKey = tuple[str, str, float, int]
+
+NI_MARGIN = 0.4
+NI_SOURCE = ("paper: the smallest accuracy gain DropIT reports at γ = 0.9, DeiT-S fine-tuned on CIFAR-100 "
+             "89.7 → 90.1 (+0.4 points; DeiT-B 90.8 → 91.3, +0.5; README of chenjoya/dropit): "
+             "a loss within the paper's own effect")
+V1_SOURCE = ("paper: v1 abstract (arXiv 2202.13808v1), \"saving 20% GPU memory\"; the authors' early README: "
+             "ViT-B/16 at 224x224, intermediate-tensor cache 20,290 → 16,052 MB (-20.9%)")
+RESNET18_SOURCE = ("paper: the authors' early README, ResNet-18 at 224x224 (ImageNet): cache 2,826 → 2,600 MB "
+                   "(-8.0%; at 32x32 on CIFAR-100 648 → 598 MB, -7.7%); the abstract's 20% is not claimed for it")
+PAPER_CLAIMED = {"vit_base": (0.20, V1_SOURCE), "vit_tiny": (0.20, V1_SOURCE), "resnet18": (0.08, RESNET18_SOURCE)}
+PAPER_NAME = {"vit_base": "ViT-B/16", "vit_tiny": "DeiT-Ti", "resnet18": "ResNet-18"}
 
 
 def gid(g: float) -> str:
@@ -44,41 +73,71 @@ def n_test_images(ds: DataSource, model: str, common: dict[str, Any]) -> int:
 
 
 def register_claims(claims: Claims, models: list[str], gammas: list[float], random_gammas: list[float],
-                    n_seeds: int, n_test: int, resolution: float, expected_acc: float) -> None:
-    """Register the notebook's tests: per model, min-k's accuracy within 1 point of the baseline at every
-    γ (inconclusive by precheck where the paired `resolution` is coarser than 1 point), min-k above random
-    dropping at `random_gammas`, and the memory freed overall (≥ 20%, the paper's "saving 20% GPU memory")
-    at max(`gammas`); then the memory freed at the paper's setting (`dropit_paper_scale`), per model and
-    precision."""
+                    n_seeds: int, n_test: int, memory_gamma: float) -> None:
+    """Register the notebook's tests (module docstring): per model, min-k's accuracy as good as the
+    baseline's at every γ of `gammas` (non-inferiority, margin `NI_MARGIN`) and higher at
+    max(`gammas`) (superiority), min-k above random dropping at `random_gammas` (superiority), the
+    memory freed overall at `memory_gamma` (≥ 20%); then the memory freed at the paper's setting
+    (`dropit_paper_scale`), per model and precision, against the paper's number for that model
+    (`PAPER_CLAIMED`)."""
     paired = f"paired 95% interval, {n_seeds} seeds x {n_test} test images (paired_accuracy_interval)"
-    paper_acc = "DeiT-Ti 72.1 → 72.5 (γ=0.5); DeiT-S CIFAR-100 89.7 → 90.1 (γ=0.9)"
+    paper_acc = "DeiT-Ti 72.1 → 72.5 (γ=0.5); DeiT-S CIFAR-100 89.7 → 90.1, DeiT-B 90.8 → 91.3 (γ=0.9)"
+    freed = "fraction of all bytes saved for backward that DropIT frees"
+    g_max = max(gammas)
     for m in models:
         for g in gammas:
-            claims.register(f"acc_within_1pt_{m}_{gid(g)}",
-                            f"{m}: min-k's final accuracy is within 1 point of the baseline at γ = {g}", paper_acc,
-                            Test("test acc min-k - baseline (points)", ">=", -1.0, paired))
-            if resolution > 1.0:
-                claims.precheck(f"acc_within_1pt_{m}_{gid(g)}",
-                                f"{n_seeds} seeds x {n_test} test images resolve about ±{resolution:.1f} points at "
-                                f"{100 * expected_acc:.0f}% accuracy, coarser than the claimed 1 point")
+            claims.register(f"acc_noninferior_{m}_{gid(g)}",
+                            f"{m}: min-k's final test accuracy is as good as the baseline's at γ = {g} "
+                            f"(at most {NI_MARGIN:g} points below)", paper_acc,
+                            Test("test acc min-k - baseline (points)", ">=", -NI_MARGIN, paired,
+                                 form="non-inferiority", source=NI_SOURCE))
+        claims.register(f"acc_higher_{m}_{gid(g_max)}",
+                        f"{m}: min-k at γ = {g_max} reaches a higher test accuracy than the baseline",
+                        f"\"achieving higher test accuracy\" (abstract); {paper_acc}",
+                        Test("test acc min-k - baseline (points)", ">=", 0.0, paired, form="superiority",
+                             source="null: no difference between min-k and the baseline"))
         for g in random_gammas:
             claims.register(f"acc_mink_vs_random_{m}_{gid(g)}",
                             f"{m}: min-k trains to a higher accuracy than random dropping at γ = {g}",
-                            "random dropping is the weaker baseline",
-                            Test("test acc min-k - random (points)", ">=", 0.0, paired))
+                            "random dropping is the weaker baseline (the paper's ablation)",
+                            Test("test acc min-k - random (points)", ">=", 0.0, paired, form="superiority",
+                                 source="null: no difference between min-k and random dropping"))
         claims.register(f"memory_overall_{m}",
-                        f"{m}: DropIT (min-k, γ = {max(gammas)}) saves about 20% of the memory overall",
-                        "saving 20% GPU memory (v1 abstract, DeiT)",
-                        Test("fraction of all bytes saved for backward that DropIT frees", ">=", 0.20,
-                             "deterministic byte count of one forward pass (interval = the count)"))
+                        f"{m}: DropIT (min-k, γ = {memory_gamma}) saves about 20% of the memory overall",
+                        "saving 20% GPU memory (v1 abstract, ViT-B/16)",
+                        Test(freed, ">=", 0.20, "deterministic byte count of one forward pass (interval = the count)",
+                             form="up-to", source=V1_SOURCE))
     for m, b in PAPER_BATCH.items():
+        threshold, source = PAPER_CLAIMED[m]
         for p in PRECISIONS:
             claims.register(f"memory_paper_{m}_{p.split()[0]}",
-                            f"{m} at the paper's setting (batch {b}, {'x'.join(map(str, PAPER_INPUT[1:]))}, {p}): "
-                            f"DropIT (min-k, γ = {PAPER_GAMMA}) saves about 20% of the memory overall",
-                            "saving 20% GPU memory (v1 abstract; DeiT-Ti trained under fp16 autocast)",
-                            Test("fraction of all bytes saved for backward that DropIT frees", ">=", 0.20,
-                                 "exact byte count of one forward pass under CUDA's rules (interval = the count)"))
+                            f"{PAPER_NAME[m]} at the paper's setting (batch {b}, {'x'.join(map(str, PAPER_INPUT[1:]))}, "
+                            f"{p}): DropIT (min-k, γ = {PAPER_GAMMA}) frees {100 * threshold:.0f}% of the memory",
+                            source.removeprefix("paper: "),
+                            Test(freed, ">=", threshold,
+                                 "exact byte count of one forward pass under CUDA's rules (interval = the count)",
+                                 form="up-to", source=source))
+
+
+def dropit_option(strategy: str, gamma: float) -> dict[str, Any]:
+    """`distsgd.run`'s model_options for an accuracy run with DropIT: `strategy` at drop ratio `gamma`
+    (the stem and the head exempt, as the authors train)."""
+    return {"dropit": {"gamma": gamma, "strategy": strategy}}
+
+
+def accuracy_runs(models: list[str], seeds: list[int], gammas: list[float], random_gammas: list[float],
+                  common: dict[str, Any]) -> dict[RunKey, Result]:
+    """Train every model once per seed with `common` (`distsgd.run`): without DropIT (the baseline), with
+    min-k at every γ of `gammas` and with random dropping at `random_gammas`; the methods share the
+    seeds, steps and learning rate. Finished runs are reused (same configuration hash)."""
+    runs: dict[RunKey, Result] = {}
+    for m in models:
+        for sd in seeds:
+            runs[m, "baseline", 0.0, sd] = run(model=m, name=f"{m}-baseline-s{sd}", seed=sd, **common)
+            for s, g in [("mink", g) for g in gammas] + [("random", g) for g in random_gammas]:
+                runs[m, s, g, sd] = run(model=m, name=f"{m}-{s}-g{g}-s{sd}", seed=sd,
+                                        model_options=dropit_option(s, g), **common)
+    return runs
 
 
 def accuracy_tables(runs: dict[RunKey, Result]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -126,6 +185,16 @@ def gradient_table(models: list[str], trained: dict[str, Result], ds: DataSource
     training batches of `grad_batch` samples, per strategy and γ (random dropping draws anew per batch,
     seed `seed` + batch): cosine similarity and relative error over all Linear/Conv2d weight gradients,
     and whether the input gradient is bit-identical."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)        # small products: one thread, which does not spin beside a busy core
+    try:
+        return _gradient_rows(models, trained, ds, device, gammas, grad_batch, grad_batches, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _gradient_rows(models: list[str], trained: dict[str, Result], ds: DataSource, device: torch.device,
+                   gammas: list[float], grad_batch: int, grad_batches: int, seed: int) -> pd.DataFrame:
     grad_sets = []
     for b, batch in enumerate(ds.eval_batches("train", grad_batch, device)):
         if b == grad_batches:
@@ -251,20 +320,54 @@ def check_invariants(claims: Claims, fidelity: pd.DataFrame, memory: pd.DataFram
                          else "no ratios", bool(len(r)) and float(np.median(r)) < 1)
 
 
+def _premise(claims: Claims, id: str, low: float, high: float, what: str) -> None:
+    """Precheck claim `id` inconclusive unless its premise shows: the interval [low, high] of `what`
+    lies strictly below 0. A claim the registration already calls undecidable keeps that reason."""
+    if not high < 0 and not claims.claims[id].precheck:
+        claims.precheck(id, f"premise absent: {what}, interval [{low:.3g}, {high:.3g}], is not below 0")
+
+
+def precheck_premises(claims: Claims, runs: dict[RunKey, Result], models: list[str], seeds: list[int],
+                      gammas: list[float], random_gammas: list[float]) -> None:
+    """Before the superiority claims are decided, whether the setting shows their premises (module
+    docstring), per model: for min-k's higher accuracy at max(`gammas`), min-k's final training loss
+    (the full training set) minus the baseline's, paired over the seeds (`paired_interval`), below 0;
+    for min-k above random dropping at each of `random_gammas`, random dropping's test accuracy minus
+    the baseline's (`paired_accuracy_interval`) below 0."""
+    g_max = max(gammas)
+    for m in models:
+        loss = lambda s, g: [runs[m, s, g, sd].summary["final_train_loss"] for sd in seeds]  # noqa: E731
+        low, high = interval_or_nan(paired_interval, loss("mink", g_max), loss("baseline", 0.0))
+        _premise(claims, f"acc_higher_{m}_{gid(g_max)}", low, high,
+                 f"min-k's final training loss minus the baseline's (the faster convergence the abstract "
+                 f"gives as the reason)")
+        for g in random_gammas:
+            low, high = interval_or_nan(paired_accuracy_interval, _correct(runs, m, "random", g, seeds),
+                                        _correct(runs, m, "baseline", 0.0, seeds))
+            _premise(claims, f"acc_mink_vs_random_{m}_{gid(g)}", low, high,
+                     f"random dropping's test accuracy minus the baseline's at γ = {g} (points)")
+
+
+def _correct(runs: dict[RunKey, Result], m: str, s: str, g: float, seeds: list[int]) -> list[np.ndarray]:
+    return [runs[m, s, g, sd].test_correct() for sd in seeds]
+
+
 def decide_accuracy(claims: Claims, runs: dict[RunKey, Result], models: list[str], seeds: list[int],
                     gammas: list[float], random_gammas: list[float]) -> None:
     """Decide the accuracy claims, paired per test image over the seeds (`Claims.decide_paired_accuracy`):
-    min-k against the baseline at every γ, min-k against random dropping at `random_gammas`."""
-    def correct(m: str, s: str, g: float) -> list[np.ndarray]:
-        return [runs[m, s, g, sd].test_correct() for sd in seeds]
-
+    min-k against the baseline at every γ (as good as) and at max(`gammas`) (higher), min-k against
+    random dropping at `random_gammas`. `precheck_premises` comes first."""
+    g_max = max(gammas)
     for m in models:
+        base = _correct(runs, m, "baseline", 0.0, seeds)
         for g in gammas:
-            claims.decide_paired_accuracy(f"acc_within_1pt_{m}_{gid(g)}", correct(m, "mink", g),
-                                          correct(m, "baseline", 0.0), f"min-k γ={g}", "baseline")
+            claims.decide_paired_accuracy(f"acc_noninferior_{m}_{gid(g)}", _correct(runs, m, "mink", g, seeds),
+                                          base, f"min-k γ={g}", "baseline")
+        claims.decide_paired_accuracy(f"acc_higher_{m}_{gid(g_max)}", _correct(runs, m, "mink", g_max, seeds),
+                                      base, f"min-k γ={g_max}", "baseline")
         for g in random_gammas:
-            claims.decide_paired_accuracy(f"acc_mink_vs_random_{m}_{gid(g)}", correct(m, "mink", g),
-                                          correct(m, "random", g), f"min-k γ={g}", "random")
+            claims.decide_paired_accuracy(f"acc_mink_vs_random_{m}_{gid(g)}", _correct(runs, m, "mink", g, seeds),
+                                          _correct(runs, m, "random", g, seeds), f"min-k γ={g}", "random")
 
 
 def decide_memory(claims: Claims, memory: pd.DataFrame, paper_mem: pd.DataFrame, g_max: float) -> None:

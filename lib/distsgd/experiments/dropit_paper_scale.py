@@ -1,4 +1,4 @@
-"""DropIT's memory headline at the paper's setting: DeiT-Ti and ResNet-18 on ImageNet inputs.
+"""DropIT's memory headline at the paper's setting: ViT-B/16, DeiT-Ti and ResNet-18 on ImageNet inputs.
 
 Chen et al., "DropIT: Dropping Intermediate Tensors for Memory-Efficient DNN Training", ICLR 2023,
 arXiv 2202.13808; v1 abstract: "saving 20% GPU memory". `dropit_memory_table` gives, per model,
@@ -13,12 +13,18 @@ authors run it), the bytes autograd saves for backward in one training step (`dr
 
 The setting (`PAPER_BATCH`, 224x224 inputs, 1000 classes, fp32 and fp16 autocast):
 
+- ViT-B/16 (`vit_base`: `vit_tiny`'s encoder at DeiT-B's width, dim 768, depth 12, heads 12,
+  `PAPER_ARCH`), the model of the v1 abstract's 20% (the authors' early README: ViT-B/16 at
+  224x224, intermediate-tensor cache 20,290 -> 16,052 MB): batch 384 per GPU, the ``--batch-size``
+  of their README's DeiT-B command (fine-tuning on CIFAR-100 at γ = 0.9).
 - DeiT-Ti (`vit_tiny`, patch 16 at 224x224): batch 512 per GPU, the default ``--batch-size`` of the
-  authors' ``benchmarks/deit/main.py``, which their README's DeiT-Ti command (2 GPUs) leaves as it is;
-  that script trains under fp16 autocast (``--autocast`` defaults to on).
-- ResNet-18: the authors' repository has no ResNet-18 run, and its batch is not stated there; 256,
-  ImageNet ResNet's standard batch (He et al. 2016; torchvision's reference recipe, 8 GPUs x 32),
-  on one GPU.
+  authors' ``benchmarks/deit/main.py``, which their README's DeiT-Ti command (2 GPUs) leaves as it is.
+- ResNet-18: the authors' current repository has no ResNet-18 run (their early README reports
+  ResNet-18 at 224x224, 2,826 -> 2,600 MB, without its batch); 256, ImageNet ResNet's standard
+  batch (He et al. 2016; torchvision's reference recipe, 8 GPUs x 32), on one GPU.
+
+The released ``main.py`` trains under fp16 autocast (``--autocast`` defaults to on); the early
+README does not state the precision of its numbers.
 
 Attention runs PyTorch's math kernel (``SDPBackend.MATH``): it keeps the attention probabilities,
 as the explicit attention of the timm DeiT the authors trained does, and it is the kernel on every
@@ -36,7 +42,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..dropit.measure import ActivationMemory, count_activation_memory, measure_activation_memory
 from ..models import build_model
 
-PAPER_BATCH = {"vit_tiny": 512, "resnet18": 256}      # per GPU; sources in the module doc
+PAPER_BATCH = {"vit_base": 384, "vit_tiny": 512, "resnet18": 256}      # per GPU; sources in the module doc
+PAPER_ARCH = {"vit_base": ("vit_tiny", {"dim": 768, "depth": 12, "heads": 12})}   # name -> (model, options)
 PAPER_INPUT = (3, 224, 224)
 PAPER_CLASSES = 1000
 PAPER_GAMMA = 0.9
@@ -50,7 +57,8 @@ def _one(model_name: str, batch: int, input_shape: tuple[int, ...], num_classes:
     """One model (DropIT at `gamma`, or the baseline at 0) counted on fake tensors or measured in a
     real training step on `device`."""
     torch.manual_seed(0)
-    model = build_model(model_name, input_shape, num_classes, dropit={"gamma": gamma}).train()
+    arch, options = PAPER_ARCH.get(model_name, (model_name, {}))
+    model = build_model(arch, input_shape, num_classes, dropit={"gamma": gamma}, **options).train()
     with sdpa_kernel(SDPBackend.MATH):
         if fake:
             return count_activation_memory(model, (batch, *input_shape), F.cross_entropy, device,

@@ -33,8 +33,7 @@ PROJ_CASES = [
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 0.0}, "label": "PS"},
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
 ]
-ALLREDUCE_ALGOS = ("no_overlap", "wfbp", "fusion", "mgwfbp", "bytescheduler")   # the best all-reduce schedule's candidates
-ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # their labels
+ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # the best all-reduce schedule's candidates
 PUBLISHED = {"BSP-A2A": "no overlap", "WFBP-A2A": "WFBP", "MG-WFBP": "MG-WFBP"}   # survey method: the kit's label
 
 
@@ -66,44 +65,68 @@ def model_roles(models: Sequence[str]) -> tuple[pd.DataFrame, str, str]:
     return (stats, *roles(stats))
 
 
+NULL = "null: no difference, ratio 1 (the survey states which helps most, not by how much)"
+PROJ_CASE = {c["label"]: c for c in PROJ_CASES}
+
+
 def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[str, RatioBand | None]:
-    """Register the notebook's claims before any run. Measured (per-round ratios on 10GbE-like):
-    WFBP / fusion >= 1 for `small_model` ("fusion helps most for all-reduce with many small
-    tensors"), PS / PS + partition >= 1 for `large_model`, and the ranking follows the intensity
-    I = C/D (the smallest best-efficiency ratio of I-neighbours, higher-I / lower-I, >= 1). Projected
-    (`projection.register`, each within the simulator's error measured on the survey's cluster for
-    its schedules and fabric), the same three at 32 workers on each fabric. Returns each projected
-    claim's band."""
+    """Register the notebook's claims before any run, each "better than" (superiority over the null,
+    a ratio of 1; the survey gives no size). Measured (per-round ratios on 10GbE-like): WFBP / fusion
+    > 1 for `small_model` ("fusion helps most for all-reduce with many small tensors"), PS / PS +
+    partition > 1 for `large_model`, and the ranking follows the intensity I = C/D (the smallest
+    best-efficiency ratio of I-neighbours, higher-I / lower-I, > 1). Projected (`projection.register`,
+    each within the simulator's error measured on the survey's cluster for the same runtime models
+    on that fabric, `projection.runtime` of `PROJ_CASES`), the same three at 32 workers on each
+    fabric. Returns each projected claim's band (None: not covered)."""
     stat = "median of per-round ratios, 95% quantile_test interval"
     claims.register("fusion_beats_wfbp", "tensor fusion beats WFBP for the model with many small tensors (all-reduce)",
                     "fusion helps most for all-reduce with many small tensors",
-                    Test(f"WFBP / fusion step time, {small_model} (smallest mean gradient tensor), 10GbE-like", ">=", 1.0, stat))
+                    Test(f"WFBP / fusion step time, {small_model} (smallest mean gradient tensor), 10GbE-like", ">=", 1.0,
+                         stat, form="superiority", source=NULL))
     claims.register("ps_partition_helps", "partitioning helps the parameter server on the model with large tensors",
                     "partitioning helps most for PS with large tensors",
-                    Test(f"PS / PS + partition step time, {large_model} (largest gradient tensor), 10GbE-like", ">=", 1.0, stat))
+                    Test(f"PS / PS + partition step time, {large_model} (largest gradient tensor), 10GbE-like", ">=", 1.0,
+                         stat, form="superiority", source=NULL))
     claims.register("ranking_follows_intensity", "the ranking (scaling efficiency) follows intensity I = C/D",
                     "higher intensity scales better",
-                    Test("min over I-neighbours: best efficiency higher-I / lower-I, 10GbE-like", ">=", 1.0, stat))
+                    Test("min over I-neighbours: best efficiency higher-I / lower-I, 10GbE-like", ">=", 1.0, stat,
+                         form="superiority", source=NULL))
     where = f"{PROJ_P} workers, {PROJ_P // PROJ_GPUS_PER_NODE} nodes x {PROJ_GPUS_PER_NODE} ({PROJ_INTRA} inside"
     bands = {}
     for f, spec in PROJ_NETS.items():
         net = named_net(spec)[0]
         q = f"projection: {PROJ_DEVICE} (flops-scaled, survey 1-GPU calibration), {where}, {net} between)"
+        model = lambda label: pj.runtime(PROJ_CASE[label], spec, PROJ_GPUS_PER_NODE, PROJ_INTRA)   # noqa: E731
         bands[f"proj_fusion_beats_wfbp_{f}"] = pj.register(
             claims, f"proj_fusion_beats_wfbp_{f}", f"tensor fusion beats WFBP for the model with many small tensors ({net}, 32 GPUs)",
             "fusion helps most for all-reduce with many small tensors",
-            f"{q}: WFBP / fusion step time, smallest-mean-tensor model", ">=", 1.0, [("wfbp", spec)], [("fusion", spec)])
+            f"{q}: WFBP / fusion step time, smallest-mean-tensor model", ">=", 1.0, "superiority", NULL,
+            [(model("WFBP"), spec)], [(model("tensor fusion"), spec)])
         bands[f"proj_ps_partition_helps_{f}"] = pj.register(
             claims, f"proj_ps_partition_helps_{f}", f"partitioning helps PS on the model with large tensors ({net}, 32 GPUs)",
             "partitioning helps most for PS with large tensors",
-            f"{q}: PS / PS + partition step time, largest-tensor model", ">=", 1.0, [("ps", spec)], [("ps", spec)])
+            f"{q}: PS / PS + partition step time, largest-tensor model", ">=", 1.0, "superiority", NULL,
+            [(model("PS"), spec)], [(model("PS + partition"), spec)])
         # efficiency = compute / step time: higher-I / lower-I efficiency = step(lower-I) / step(higher-I) x compute ratio
+        fastest = tuple(model(label) for label in ALLREDUCE)
         bands[f"proj_ranking_follows_intensity_{f}"] = pj.register(
             claims, f"proj_ranking_follows_intensity_{f}", f"the ranking (scaling efficiency) follows I = C/D ({net}, 32 GPUs)",
             "higher intensity scales better",
-            f"{q}: min over I-neighbours, best all-reduce efficiency higher-I / lower-I", ">=", 1.0,
-            [(ALLREDUCE_ALGOS, spec)], [(ALLREDUCE_ALGOS, spec)])
+            f"{q}: min over I-neighbours, best all-reduce efficiency higher-I / lower-I", ">=", 1.0, "superiority", NULL,
+            [(fastest, spec)], [(fastest, spec)])
     return bands
+
+
+def design(models: Sequence[str], nprocs: Sequence[int], net_reference: str, batch_size: int, bench_steps: int,
+           bench_warmup: int, repeats: int, networks: Sequence[str], backend: str) -> dict[str, Any]:
+    """What fixes the deciding runs (`Claims.preregister`'s design): the benchmark's models, worker
+    counts, reference model of the networks, batch, timed and warm-up steps, rounds, networks and
+    backend; and the projection's setting (device, models and batches, workers, nodes, networks)."""
+    return {"models": list(models), "nprocs": list(nprocs), "net_reference": net_reference, "batch_size": batch_size,
+            "bench_steps": bench_steps, "bench_warmup": bench_warmup, "repeats": repeats, "networks": list(networks),
+            "backend": backend, "projection": {"device": PROJ_DEVICE, "models": PROJ_MODELS, "nprocs": PROJ_NPROCS,
+                                              "claims_at": PROJ_P, "gpus_per_node": PROJ_GPUS_PER_NODE,
+                                              "intra": PROJ_INTRA, "nets": PROJ_NETS}}
 
 
 def machine_checks(claims: Claims, models: Sequence[str], p: int, small_model: str, large_model: str,

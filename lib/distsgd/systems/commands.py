@@ -205,7 +205,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     shown = df[["algo", "nproc", "net", "step_s", "exposed_comm_s", "throughput", "measured_error"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print("measured_error: the simulator's error (predicted / measured - 1) on the survey's 4-32 V100 cluster for that "
-          "schedule and fabric (docs/simulator_error.md); the CSV has the step-time range it gives")
+          "runtime model (schedule, parameters, effects, overheads) and fabric (docs/simulator_error.md); the CSV has "
+          "the step-time range it gives")
     if args.plot is not None:
         answer.plot(args.plot)
     if answer.collectives is not None:

@@ -215,7 +215,8 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     simulated (`timeline.sweep`, with the scale `effects` and per-call `overheads`, by default the
     what-if defaults of `timeline.effects`, `OFF` / None to switch them off; Chrome traces in
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
-    schedule and network beside it (`timeline.error_band.with_measured_error`). With `collectives_steps` N > 0,
+    runtime model and network beside it (`timeline.error_band.with_measured_error`: none for the
+    what-if defaults, which the survey's predictions did not use). With `collectives_steps` N > 0,
     also every collective each configuration charges in a run of N steps (`timeline.simulate.collectives`,
     columns algo, nproc, net first). Every argument is checked before the profile is built or
     anything is simulated."""

@@ -113,6 +113,10 @@ class Config:
     eval_samples: int = _field(2048, "samples of each evaluation")
     eval_train: bool = _field(False, "also log the training objective (loss + weight_decay/2 |x|^2) "
                                      "at evaluations")
+    eval_average: bool = _field(False, "evaluate the average of the ranks' models during the run (test "
+                                       "metrics, training objective; one uncounted all-reduce per evaluation), "
+                                       "the model a user deploys, instead of the algorithm's own choice "
+                                       "(each rank's model for the periodic-averaging algorithms)")
     on_nan: str = _field("stop", "when a loss or parameter turns NaN or infinite (checked at each log "
                                  "step): stop the run, which fails with status 'diverged', or continue",
                          choices=ON_NAN)
@@ -150,8 +154,9 @@ class Config:
         _check_int("batch_size", self.batch_size, 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
         _check_int("warm_start_epochs", self.warm_start_epochs, 0)
-        if not isinstance(self.epoch_average, bool):
-            raise ConfigError("epoch_average", self.epoch_average, "true, false")
+        for name in ("epoch_average", "eval_average"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), "true, false")
         if self.algo not in EPOCH_SCHEDULE_ALGOS:
             for name, off, allowed in (("warm_start_epochs", 0, "0"), ("epoch_average", False, "false")):
                 if getattr(self, name) != off:

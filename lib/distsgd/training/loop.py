@@ -11,6 +11,7 @@ process group and builds the Trainer, is `distsgd.training.worker`.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from . import checkpoint, metrics_log, results
 from .. import files
 from ..algorithms import REGISTRY
+from ..algorithms.flat import average_swapped_in, averaged_tensors
 from ..comm import Comm
 from .config import Config
 from ..data import DataSource, load_data, partition
@@ -181,7 +183,7 @@ class Trainer:
                     row["train_objective"] = float("nan")
                 if c.eval_every and (done % c.eval_every == 0 or done == c.steps):
                     te = time.perf_counter()
-                    with self.algo.evaluating():     # the model the algorithm's authors evaluate
+                    with self.evaluated():
                         row["test_loss"], correct = scored(self.model, self.ds, "test", self.device, c.eval_samples)
                         row["test_acc"] = accuracy(correct)
                         if c.eval_train:
@@ -278,6 +280,14 @@ class Trainer:
         if state["nonfinite"] is not None:
             self.divergence.found = NonFinite(**state["nonfinite"])
         return state["step"]
+
+    def evaluated(self) -> contextlib.AbstractContextManager:
+        """The model evaluated during the run: the average of the ranks' models with
+        ``eval_average`` (`flat.average_swapped_in`), else the one the algorithm's authors
+        evaluate (`Algorithm.evaluating`)."""
+        if self.config.eval_average:
+            return average_swapped_in(self.comm, averaged_tensors(self.model))
+        return self.algo.evaluating()
 
     def objective(self) -> float:
         """The training objective of this rank's model: mean loss over the training set (up to

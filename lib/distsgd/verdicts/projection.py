@@ -6,11 +6,17 @@ why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in d
 A projection is deterministic (committed profile, closed-form timeline), so its interval does not
 come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
 benchmark predicted row by row (`timeline.survey`, the committed `reproduce/validation/
-survey_error.csv`, docs/simulator_error.md), as bands. The rule, fixed before any projection is made
-(`timeline.error_band`'s module docstring states it: a step time's band is the extremes of the
-survey's errors for its schedule and fabric; a ratio is decided on the worst case of its terms'
-bands.) A setting that a term's schedule or fabric leaves uncovered is inconclusive with that
-reason, known before the projection (`register`: a precheck). The band is named in the row's test.
+survey_error.csv`, docs/simulator_error.md), as bands keyed on the runtime model that made each
+prediction. The rule, fixed before any projection is made (`timeline.error_band`'s module docstring
+states it): a step time's band is the extremes of the survey's errors for *the same runtime model*
+(schedule, the kit's class or the stated model that charges it, resolved parameters, contention,
+overheads: `runtime`, known before anything is simulated) on the same fabric; a ratio is decided on
+the worst case of its terms' bands. A term whose runtime model or fabric the survey did not measure
+leaves the claim inconclusive, "not covered", with that reason, known before the projection
+(`register`: a precheck). The band is named in the row's test.
+
+A projected claim's threshold is the paper's (its number quoted in the test's source) or its null
+(no difference); its interval's width is the band's, so it needs no pilot.
 
 The simulator's bound against this machine's own measured step times (`timeline.validate.
 RESOLUTION`, 15%) decides no projected claim.
@@ -27,19 +33,19 @@ from ..comm.netmodel import parse_net
 from ..systems.layer_profile import Profile
 from ..algorithms.dear import fusion_counts
 from ..algorithms.tuner import GridTuner
-from ..systems.timeline.simulate import Prediction, simulate
-from ..systems.timeline.error_band import RatioBand, Uncovered, ratio_band
+from ..systems.timeline.simulate import Prediction, RuntimeModel, runtime_model, simulate
+from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
 from ..systems.timeline.sweep import find_profile, sweep
 from ..systems.timeline.topology import Topology
 
 
-def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, op: str, threshold: float,
-             numerator: Sequence[tuple[str | tuple[str, ...], str]],
-             denominator: Sequence[tuple[str | tuple[str, ...], str]]) -> RatioBand | None:
-    """Register projected claim `id` (`Claims.register`) with a test whose statistic names its
-    band (`ratio_band` of the (algo, net) settings whose step times make the ratio), before the
-    projection; where a setting is uncovered, mark the claim inconclusive by that precheck and
-    return None. The band goes to `decide`."""
+def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, side: str, threshold: float,
+             form: str, source: str, numerator: Sequence[Term], denominator: Sequence[Term]) -> RatioBand | None:
+    """Register projected claim `id` (`Claims.register`) with its `Test(quantity, side, threshold,
+    statistic, form, source)`, whose statistic names its band (`ratio_band` of the (runtime model,
+    net) terms whose step times make the ratio, each from `runtime`), before the projection; where a
+    term is not covered, mark the claim inconclusive by that precheck and return None. The band goes
+    to `decide`."""
     if not is_projected(id):
         raise ValueError(f"projected claim {id!r}: its id starts with {PROJECTED_PREFIX!r} (counted apart from measured ones)")
     try:
@@ -48,13 +54,27 @@ def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, op:
     except Uncovered as exc:
         band, uncovered = None, str(exc)
         stat = f"{BAND_STAT}; none covers it"
-    claims.register(id, claim, paper, Test(quantity, op, threshold, stat))
+    claims.register(id, claim, paper, Test(quantity, side, threshold, stat, form=form, source=source))
     if band is None:
-        claims.precheck(id, f"no real-cluster measurement covers this projection: {uncovered}")
+        claims.precheck(id, f"not covered: no real-cluster measurement of this runtime model: {uncovered}")
     return band
 
 
-BAND_STAT = "deterministic projection, decided within the simulator's error measured on the survey's cluster"
+BAND_STAT = ("deterministic projection, decided within the simulator's error measured on the survey's cluster "
+             "for the same runtime model")
+
+
+def topology(net: str, gpus_per_node: int = 1, intra: str = "") -> Topology:
+    """The topology of a projection on `net` (the inter-node link) with nodes of `gpus_per_node`
+    ranks over `intra` (as `project`'s sweep builds it)."""
+    return Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+
+
+def runtime(case: dict[str, Any], net: str, gpus_per_node: int = 1, intra: str = "") -> RuntimeModel:
+    """The runtime model `project` and `simulate_case` run for a labelled case (dict: algo,
+    optional params) on `net` (`simulate.runtime_model`), known before anything is simulated: the
+    key of its measured error band (`register`'s terms)."""
+    return runtime_model(case["algo"], case.get("params"), topology(net, gpus_per_node, intra))
 
 
 def load_profile(model: str, device: str, batch_size: int | None = None) -> Profile:
@@ -104,8 +124,7 @@ def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, 
     """The simulator's `Prediction` of one labelled case (dict: algo, optional params and label) at
     `nproc` workers on `net` (inter-node link; `intra` inside nodes of `gpus_per_node`), labelled
     with `describe`; e.g. for what a table row lacks (a tuned DeAR's trials, `Prediction.tuning`)."""
-    topo = Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
-    return simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topo,
+    return simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topology(net, gpus_per_node, intra),
                     label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
 
 

@@ -17,13 +17,19 @@ With T_i the compute clock when iteration i starts:
     exposed_comm_s = step_s - compute_s                  (communication the compute waited for)
     comm_s         = link-busy seconds of the window's collectives / m
 
-DeAR with `tune=true` (`tuned`): the kit's own tuner (`algorithms.tuner.tune_threshold`, the
-`GridTuner` DeAR runs) asks thresholds in [tune_min_mb, tune_max_mb], `tune_trials` of them; each
-is answered with the simulated steady-state step time of DeAR at that threshold (the deterministic
-stand-in for the mean over a measured window). The prediction is the steady state at the tuner's
-choice: the tuning steps themselves (warm-up window + one window per trial, a fixed cost at the
-start of training) are not in step_s. `Prediction.tuning` holds the trials (threshold_mb,
-step_s) in the order tried, and `params["threshold_mb"]` the chosen threshold.
+DeAR with `tune=true` runs its own tuner, as in a run: the class's `GridTuner` (`algorithms.dear`)
+times each window of `tune_window` steps on the simulated clock (`comm.now()`, `driver.SimComm`)
+during the transient, `Algorithm.steady_state`'s first (tune_trials + 1) x tune_window steps, and
+keeps the fastest threshold; the prediction is the steady state that follows. Those tuning steps
+(a fixed cost at the start of training) are not in step_s. `Prediction.tuning` holds the class's
+trials (threshold_mb, seconds per step of its window) in the order tried, and
+`params["threshold_mb"]` its choice.
+
+Every prediction carries the runtime model that made it (`Prediction.model`, `runtime_model`): the
+schedule, what charges it (the kit's class driven, or a stated model of another library's runtime),
+its resolved parameters and the simulator's settings that change its times (scale effects, per-call
+overheads, hierarchical all-reduce). The simulator's error measured on a real cluster is keyed on
+it (`timeline.error_band`): a band measured for one runtime model says nothing of another's.
 """
 from __future__ import annotations
 
@@ -34,9 +40,8 @@ from typing import Any
 
 import pandas as pd
 
-from ...algorithms.dear import DeAR
 from ...algorithms.registry import REGISTRY
-from ...algorithms.tuner import tune_threshold
+from ...algorithms.tuner import GridTuner
 from ...comm.netmodel import NET_FORMAT, NetModel, parse_net
 from ...errors import ConfigError
 from ..layer_profile import Profile
@@ -49,6 +54,55 @@ from .topology import Topology
 
 ALGORITHMS = REGISTRY          # every registered algorithm is simulated
 TRANSIENT_ENDS = 2             # steps driven at each end of a long transient that repeats itself (`transient`)
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """What a predicted step time comes from (module doc): the schedule `algo`; the `runtime` that
+    charges it, "class <Name>" (the kit's algorithm class, driven: `driver`) or "stated <Name>" (a
+    model of another library's runtime: `stated`), with the topology's choices that change its cost
+    formulas (BytePS's server placement, hierarchical all-reduce); its resolved parameters (`params`,
+    JSON with sorted keys; a stated model's own parameters, Horovod's fusion cycle, included); the
+    compute `contention` (`Effects`); and the per-call `overheads` given to `simulate` ("the
+    profile's": none given, `overheads.for_profile`). Two predictions share a measured error band
+    only when they share all of it (`timeline.error_band`)."""
+
+    algo: str
+    runtime: str
+    params: str
+    contention: float
+    overheads: str
+
+    def describe(self) -> str:
+        """One line, e.g. "ps by stated BytePS (servers nodes) {...}, contention 0.189, the profile's overheads"."""
+        return (f"{self.algo} by {self.runtime} {self.params}, contention {self.contention:g}, "
+                f"{self.overheads} overheads")
+
+    __str__ = describe
+
+
+PROFILE_OVERHEADS = "the profile's"        # `RuntimeModel.overheads` when simulate is given none
+
+
+def runtime_model(algo: str, params: dict[str, Any] | None, topology: Topology, effects: Effects | None = None,
+                  overheads: Overheads | None = None) -> RuntimeModel:
+    """The `RuntimeModel` `simulate` runs for `algo` with `params` (resolved here, as simulate
+    resolves them) on `topology` with `effects` and `overheads`: the stated model `stated_model`
+    picks, else the algorithm's own class. Known before anything is simulated."""
+    if algo not in ALGORITHMS:
+        raise ConfigError("algo", algo, sorted(ALGORITHMS))
+    effects = effects or OFF
+    resolved = dict(REGISTRY[algo].resolve_params(dict(params or {})))
+    model = stated_model(algo, topology, effects)
+    runtime = f"stated {model.__name__}" if model is not None else f"class {REGISTRY[algo].__name__}"
+    if model is HorovodWFBP:
+        resolved.update(fusion_cycle_s=effects.fusion_cycle_s, fusion_threshold_bytes=effects.fusion_threshold_bytes)
+    if model is BytePS:
+        runtime += f" (servers {topology.servers})"
+    if topology.hierarchical:
+        runtime += ", hierarchical all-reduce"
+    return RuntimeModel(algo, runtime, json.dumps(resolved, sort_keys=True), float(effects.contention),
+                        PROFILE_OVERHEADS if overheads is None else repr(overheads))
 
 
 @dataclass
@@ -65,7 +119,8 @@ class Prediction:
     comm_s: float
     window: tuple[int, int]                      # measured iterations [first, last)
     events: list[Interval] = field(repr=False, default_factory=list)
-    tuning: list[tuple[float, float]] = field(default_factory=list)   # tuner's (threshold_mb, step_s); [] untuned
+    model: RuntimeModel | None = None               # what made it (`runtime_model`)
+    tuning: list[tuple[float, float]] = field(default_factory=list)   # DeAR's tuner's (threshold_mb, s); [] untuned
 
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write the timeline in the Chrome trace format (JSON `traceEvents`, complete events
@@ -109,7 +164,8 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     CPU profile, the committed GPU host's costs on a GPU profile) charges per-collective issue costs
     and copy passes, by one rule for every schedule; on the compute stream they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
     None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
-    (the slowed compute counts in `compute_s`). DeAR with tune=true: see `tuned`."""
+    (the slowed compute counts in `compute_s`). DeAR with tune=true runs its own tuner (module
+    doc). The prediction carries its `RuntimeModel` (`runtime_model`)."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
@@ -120,8 +176,7 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
         if param.per_rank and resolved[param.name]:
             raise ConfigError(f"params.{param.name}", resolved[param.name], "[]", "the simulator's ranks are identical")
     label = label or str(net if topology is None else topology)
-    if algo == DeAR.name and resolved["tune"]:
-        return tuned(profile, nproc, topo, resolved, label, overheads, effects)
+    model = runtime_model(algo, resolved, topo, effects, overheads)
     rank = Rank(topo, nproc, overheads if overheads is not None else for_profile(profile), effects or OFF)
     run, start, cycle = stepper(profile, algo, rank, resolved)
     warmup = start + cycle * max(2, -(-2 // cycle))
@@ -136,9 +191,13 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     compute_s = (rank.busy - busy0) / measured
     comm_s = sum(e.end - e.start for e in rank.events
                  if e.stream != COMPUTE and warmup <= e.step < warmup + measured) / measured
+    tuner = tuner_of(run)
+    if tuner is not None:                            # DeAR's own tuner chose the threshold (module doc)
+        resolved = {**resolved, "threshold_mb": run.algorithm.fusion_mb}
     return Prediction(algo=algo, nproc=nproc, net=label, params=resolved, step_s=step_s, compute_s=compute_s,
                       exposed_comm_s=max(0.0, step_s - compute_s), comm_s=comm_s,
-                      window=(warmup, warmup + measured), events=rank.events)
+                      window=(warmup, warmup + measured), events=rank.events, model=model,
+                      tuning=list(tuner.history) if tuner is not None else [])
 
 
 def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetModel | str | None = None,
@@ -191,14 +250,22 @@ def transient(run: Driven | Simulated, start: int) -> None:
     500 by default) by its first `TRANSIENT_ENDS` steps and, when those issued the same collectives
     each step (a transient that repeats itself), its last `TRANSIENT_ENDS` steps only: the steps
     between would repeat them, and the algorithm enters `start` as after a repeated step. A transient
-    that does not repeat is driven in full. `check_steady` checks the steady state that follows."""
-    if start <= 2 * TRANSIENT_ENDS or not isinstance(run, Driven):
+    that does not repeat is driven in full, and so is the transient of an algorithm that tunes itself
+    in it (`tuner_of`: its later steps depend on the times it measured). `check_steady` checks the
+    steady state that follows."""
+    if start <= 2 * TRANSIENT_ENDS or not isinstance(run, Driven) or tuner_of(run) is not None:
         run.steps(0, start)
         return
     run.steps(0, TRANSIENT_ENDS)
     sig = run.signature(range(TRANSIENT_ENDS))
     first = start - TRANSIENT_ENDS if all(s == sig[0] for s in sig) else TRANSIENT_ENDS
     run.steps(first, start - first)
+
+
+def tuner_of(run: Driven | Simulated) -> GridTuner | None:
+    """The tuner of a driven algorithm that tunes itself from timed windows (DeAR with tune=true:
+    its `tuner`), else None."""
+    return getattr(run.algorithm, "tuner", None) if isinstance(run, Driven) else None
 
 
 def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, count: int, cycle: int) -> None:
@@ -208,23 +275,3 @@ def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, cou
     if any(sig[i] != sig[i % cycle] for i in range(len(sig))):
         raise RuntimeError(f"{algo} {params}: the collectives of steps {first}..{first + count - 1} do not repeat "
                            f"every {cycle} steps; its class's steady_state() must say when they do")
-
-
-def tuned(profile: Profile, nproc: int, topology: Topology, params: dict[str, Any], label: str,
-          overheads: Overheads | None, effects: Effects | None = None) -> Prediction:
-    """DeAR with tune=true (module docstring): `tune_threshold` (DeAR's `GridTuner`) with each
-    trial's seconds the simulated step time of DeAR at that threshold; the prediction of DeAR at
-    the tuner's choice, with `tuning` its trials and params' threshold_mb the choice."""
-    DeAR.check_tune_bounds(params)
-    fixed = {**params, "tune": False}
-
-    def at(threshold_mb: float) -> Prediction:
-        return simulate(profile, DeAR.name, nproc, params={**fixed, "threshold_mb": threshold_mb},
-                        topology=topology, label=label, overheads=overheads, effects=effects)
-
-    best, history = tune_threshold(lambda mb: at(mb).step_s, params["tune_min_mb"], params["tune_max_mb"],
-                                   params["tune_trials"])
-    pred = at(best)
-    pred.params = {**params, "threshold_mb": best}
-    pred.tuning = history
-    return pred

@@ -25,6 +25,13 @@ it (`METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/horovod_mpi_cj.
   nworkers / 4 separate server machines (`ps` with a BytePS placement, `Topology.servers` =
   `PER_NODE`).
 
+Each row of the error table carries the runtime model that predicted it (`simulate.RuntimeModel`:
+the schedule, the kit's class or the stated model that charged it, its resolved parameters, the
+compute contention and the per-call overheads; columns `MODEL_COLUMNS`): the key of the error band
+that decides a projection (`error_band`). BSP-A2A, MG-WFBP and ByteScheduler-A2A are the kit's
+classes; WFBP-A2A is the stated Horovod model (`stated.HorovodWFBP`), the PS methods the stated
+BytePS model (`stated.BytePS`), not the kit's own `ps` class.
+
 On nodes of 4 GPUs: the intra-node link is PCIe (V100-PCIe), the inter-node link the fabric. The
 compute of a step is the model's committed V100 layer profile (`reproduce/layer_profiles/V100-fp32`)
 scaled to the survey's own single-GPU step (batch / its 1-GPU throughput). Effects
@@ -47,7 +54,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +65,7 @@ from ...comm.netmodel import NetModel, parse_net
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import WHATIF, Effects
-from .simulate import simulate
+from .simulate import Prediction, RuntimeModel, runtime_model, simulate
 from .sweep import find_profile
 from .topology import PER_NODE, Topology
 
@@ -100,8 +107,9 @@ METHODS = {
     "WFBP-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
     "ByteScheduler-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
 }
+MODEL_COLUMNS = [f.name for f in fields(RuntimeModel)]      # the runtime model that predicted a row
 COLUMNS = ["model", "method", "family", "connection", "nproc", "split", "measured_throughput",
-           "measured_s", "predicted_s", "error", "intra", "inter"]
+           "measured_s", "predicted_s", "error", "intra", "inter", *MODEL_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -138,11 +146,31 @@ def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Pro
     return out
 
 
-def predict_step(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> float:
-    """Simulated step seconds of a survey `method` on `p` GPUs in machines of 4 (module doc)."""
+def topology(method: str, intra: NetModel, inter: NetModel) -> Topology:
+    """The survey's machines of 4 GPUs over `intra` inside and `inter` between, with BytePS's
+    separate server machines for a PS method."""
+    return Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if METHODS[method].family == "PS" else None)
+
+
+def predict(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> Prediction:
+    """The simulator's prediction of a survey `method` on `p` GPUs in machines of 4 (module doc),
+    with the runtime model that made it (`Prediction.model`)."""
     m = METHODS[method]
-    topo = Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if m.family == "PS" else None)
-    return simulate(profile, m.algo, p, params=m.params, topology=topo, effects=SURVEY_EFFECTS).step_s
+    return simulate(profile, m.algo, p, params=m.params, topology=topology(method, intra, inter),
+                    effects=SURVEY_EFFECTS)
+
+
+def runtime(method: str) -> RuntimeModel:
+    """The runtime model that predicts a survey `method`'s rows (`predict`), known without
+    simulating: the key of its error band (`error_band`)."""
+    net = parse_net(INTRA_PRESET)
+    assert net is not None
+    return runtime_model(METHODS[method].algo, METHODS[method].params, topology(method, net, net), SURVEY_EFFECTS)
+
+
+def predict_step(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> float:
+    """Simulated step seconds of a survey `method` (`predict`)."""
+    return predict(profile, method, p, intra, inter).step_s
 
 
 def fit_link(rows: pd.DataFrame, step: Callable[[pd.Series, NetModel], float], start: NetModel,
@@ -185,20 +213,21 @@ def fit(measured: pd.DataFrame, profs: dict[str, Profile], fit_latency: bool = F
 def error_table(measured: pd.DataFrame | None = None, fit_latency: bool = False) -> tuple[pd.DataFrame, Fit]:
     """(every row of the survey's table with p >= 4: measured vs predicted
     (`COLUMNS`; error = predicted / measured step - 1; split "fit", "develop" (p <= 16) or "check"
-    (p = 32)), the fit); `fit_latency` as `fit`'s."""
+    (p = 32); the runtime model that predicted it, `MODEL_COLUMNS`), the fit); `fit_latency` as `fit`'s."""
     measured = load_measured() if measured is None else measured
     profs = profiles(measured)
     fitted = fit(measured, profs, fit_latency)
     rows = []
     for r in measured[(measured.nproc >= GPUS_PER_NODE) & measured.connection.isin(FABRICS)].itertuples():
         inter = fitted.inter[r.connection]
-        predicted = predict_step(profs[r.model], r.method, r.nproc, fitted.intra, inter)
+        pred = predict(profs[r.model], r.method, r.nproc, fitted.intra, inter)
         fitted_row = r.model == FIT_MODEL and r.method == FIT_METHOD and r.nproc < CHECK_NPROC
         rows.append(dict(model=r.model, method=r.method, family=METHODS[r.method].family,
                          connection=r.connection, nproc=r.nproc,
                          split="check" if r.nproc == CHECK_NPROC else "fit" if fitted_row else "develop",
-                         measured_throughput=r.throughput, measured_s=r.step_s, predicted_s=predicted,
-                         error=predicted / r.step_s - 1, intra=_net(fitted.intra), inter=_net(inter)))
+                         measured_throughput=r.throughput, measured_s=r.step_s, predicted_s=pred.step_s,
+                         error=pred.step_s / r.step_s - 1, intra=_net(fitted.intra), inter=_net(inter),
+                         **asdict(pred.model)))
     return pd.DataFrame(rows, columns=COLUMNS), fitted
 
 

@@ -25,7 +25,7 @@ from .topology import Topology
 
 PROFILE_DIR = Path("reproduce") / "layer_profiles"
 COLUMNS = ["model", "algo", "nproc", "net", "batch_size", "step_s", "compute_s", "exposed_comm_s",
-           "comm_s", "throughput", "gpus_per_node", "intra", "profile", "params"]
+           "comm_s", "throughput", "gpus_per_node", "intra", "profile", "params", "runtime_model"]
 
 
 def find_profile(model: str, device: str, batch_size: int | None = None,
@@ -123,7 +123,8 @@ def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: Networks,
           profile_name: str = "", trace_dir: Path | None = None, hierarchical: bool = False,
           servers: int | str | None = None, effects: Effects | None = None,
           overheads: Overheads | None = None) -> pd.DataFrame:
-    """One row per (algo, nproc, net) (`COLUMNS`; throughput = samples/s over all ranks); with
+    """One row per (algo, nproc, net) (`COLUMNS`; throughput = samples/s over all ranks;
+    runtime_model: the `simulate.RuntimeModel` that made the row's prediction); with
     `trace_dir`, a Chrome trace per configuration. `params` go to the algorithms that have them
     (a name no algorithm has is an error); `nets` are --net specs or {label: NetModel}
     (`resolve_nets`; the `net` column is the label); `intra` (a --net spec) is the intra-node
@@ -143,7 +144,7 @@ def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: Networks,
                              "comm_s": pred.comm_s,
                              "throughput": profile.batch_size * p / pred.step_s,
                              "gpus_per_node": gpus_per_node, "intra": intra or net,
-                             "profile": profile_name, "params": per_algo[algo]})
+                             "profile": profile_name, "params": per_algo[algo], "runtime_model": pred.model})
                 if trace_dir is not None:
                     safe = re.sub(r"[^\w.+-]", "_", net)
                     pred.to_chrome_trace(Path(trace_dir) / f"{algo}_p{p}_{safe}.json")
