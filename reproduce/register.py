@@ -35,6 +35,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
+from unittest import mock
 
 import nbformat
 import papermill
@@ -77,15 +78,10 @@ def register(plan: run.Plan, final: Path, work: Path, why: str, seen: bool, kern
     power (None: the profile's, `registration.pilot_folder`). Returns what changed."""
     staged = work / f"{plan.name}.registration.json"
     staged.unlink(missing_ok=True)
-    os.environ[registration.REGISTER_ENV] = str(staged)
-    if pilot is not None:
-        os.environ[registration.PILOT_ENV] = str(pilot)
-    try:
+    env = {registration.REGISTER_ENV: str(staged)} | ({} if pilot is None else {registration.PILOT_ENV: str(pilot)})
+    with mock.patch.dict(os.environ, env):            # the caller's environment is restored afterwards
         execute(plan, registration_notebook(plan.path, work / f"{plan.name}.register.ipynb"),
                 work / f"{plan.name}.registered.ipynb", kernel)
-    finally:
-        os.environ.pop(registration.REGISTER_ENV, None)
-        os.environ.pop(registration.PILOT_ENV, None)
     if not staged.is_file():
         raise run.UsageError(f"{plan.name}: its registration cell staged nothing (is it a dry run?)")
     return registration.write(final, json.loads(staged.read_text()), why, seen)
@@ -108,14 +104,10 @@ def run_pilot(name: str, path: Path, profile: run.Profile, out: Path, why: str, 
         changed = register(plan, reg_folder / f"{name}.json", work, f"pilot at {phase}: {why}", seen, kernel,
                            pilot=work / "no-pilot")
         run.say(f"{name}: pilot {phase} registered ({changed})")
-        os.environ[registration.REGISTERED_ENV] = str(reg_folder)
-        os.environ["DISTSGD_PROFILE"] = f"{profile.name}-pilot"           # no ledger: nothing asserted but invariants
-        os.environ["DISTSGD_FIGURES"] = str(work / "figures")
-        try:
+        with mock.patch.dict(os.environ, {registration.REGISTERED_ENV: str(reg_folder),
+                                          "DISTSGD_PROFILE": f"{profile.name}-pilot",  # no ledger: only invariants asserted
+                                          "DISTSGD_FIGURES": str(work / "figures")}):
             execute(plan, plan.path, work / f"{name}.ipynb", kernel)
-        finally:
-            os.environ.pop(registration.REGISTERED_ENV, None)
-            os.environ["DISTSGD_PROFILE"] = profile.name
         (folder / phase).mkdir(parents=True, exist_ok=True)
         for table in ("claims.csv", "invariants.csv"):
             if (work / "figures" / name / table).is_file():

@@ -74,6 +74,7 @@ def make_claims() -> Claims:
 def test_decide_records_interval_verdict_and_reason(tmp_path) -> None:
     claims = make_claims()
     claims.precheck("fine", "359 test images resolve ±3.1 points, coarser than the claimed 1 point")
+    claims.precheck("fine", "the premise is absent")
     assert claims.decide("fast", 1.2, 1.8, 1.5, "pairs 1.2..1.8") == CONTRADICTED
     assert claims.decide("better", -0.3, -0.1, -0.2) == REPRODUCED
     assert claims.decide("fine", 0.5, 0.9, 0.7) == INCONCLUSIVE      # the precheck decides, not the interval
@@ -81,6 +82,7 @@ def test_decide_records_interval_verdict_and_reason(tmp_path) -> None:
     assert table.verdict.tolist() == [CONTRADICTED, REPRODUCED, INCONCLUSIVE]
     assert table.reason[0] == "speed-up = 1.5, interval [1.2, 1.8] on the other side of 2"
     assert table.reason[2].startswith("precheck: 359 test images")
+    assert table.reason[2].endswith("the claimed 1 point; the premise is absent")    # every precheck's reason
     assert table.test[0] == "up-to: speed-up >= 2 (median of 9 pairs); threshold from paper: Table 2, 'a 2x speed-up'"
 
 

@@ -277,11 +277,12 @@ class Claims:
     def precheck(self, id: str, reason: str) -> None:
         """Mark a claim inconclusive for a reason checked before its own measurement is looked at
         (a resolution coarser than the claimed effect, a machine condition). Its measurement is
-        still recorded by `decide`, and shown, but does not decide it."""
+        still recorded by `decide`, and shown, but does not decide it. Several prechecks of one
+        claim keep every reason."""
         c = self._get(id)
         if c.verdict is not None:
             raise RuntimeError(f"claim {id!r} was already decided: a precheck must come before its measurement")
-        c.precheck = reason
+        c.precheck = f"{c.precheck}; {reason}" if c.precheck else reason
 
     def decide(self, id: str, low: float, high: float, estimate: float, measured: str = "") -> str:
         """Decide a registered claim from its interval [low, high] and point estimate; `measured`
