@@ -16,7 +16,7 @@ from distsgd.verdicts.claims import (CONTRADICTED, FORMS, INCONCLUSIVE, REGISTER
                                      RegistrationError, Test, registration_folder, interval_or_nan, ledger_mismatches,
                                      load_ledger, median_interval, paired_accuracy_interval,
                                      paired_accuracy_resolution, paired_interval, welch_interval)
-from distsgd.verdicts.registration import REGISTER_ENV, TEST_FIELDS, Power, power
+from distsgd.verdicts.registration import REGISTER_ENV, TEST_FIELDS, Power, power, seed_scale
 
 AT_LEAST_2 = Test("speed-up", ">=", 2.0, "median of 9 pairs", form="up-to",
                   source="paper: Table 2, 'a 2x speed-up'")
@@ -406,6 +406,18 @@ def test_power_is_the_pilots_width_unless_it_contains_the_threshold_or_4t_differ
         assert p.expected_width == pytest.approx(at_t[1] - at_t[0]) and expected in p.undecidable
 
 
+def test_power_scales_the_pilots_interval_to_the_deciding_seeds() -> None:
+    """Fewer deciding seeds than the pilot's widen its interval about the estimate by the t quantiles'
+    ratio times sqrt(m / n); a width that then reaches the threshold makes the claim undecidable."""
+    assert seed_scale(10, 5) == pytest.approx(2.7764 / 2.2622 * 2 ** 0.5, rel=1e-4)
+    assert seed_scale(5, 5) == seed_scale(None, 5) == seed_scale(5, 1) == 1.0
+    table = pilot(fast=(2.2, 2.6)).assign(estimate=2.4)
+    assert power(AT_LEAST_2, "fast", table, None, scale=1.0) == Power(pytest.approx(0.4), None)
+    wide = power(AT_LEAST_2, "fast", table, None, scale=2.5)
+    assert wide.expected_width == pytest.approx(1.0) and "[1.9, 2.9]" in wide.undecidable
+    assert "x2.5 for the deciding seeds" in wide.undecidable
+
+
 def test_power_of_a_superiority_claim_on_identical_pilots_is_undecidable() -> None:
     p = power(BETTER, "b", pilot(b=(0.0, 0.0)), pilot(b=(0.0, 0.0)))
     assert p.expected_width == 0.0 and "[0, 0]" in p.undecidable and "contains 0" in p.undecidable
@@ -422,6 +434,7 @@ def test_the_registration_step_registers_the_pilots_power(tmp_path, monkeypatch)
         table.to_csv(folder / phase / "claims.csv", index=False)
     (folder / "registered" / "T").mkdir(parents=True)
     (folder / "registered" / "T" / "99_demo.json").write_text(json.dumps({"design": {"seeds": [100], "steps": 320}}))
+    # (one pilot seed: no seed scaling; test_power_scales_the_pilots_interval_to_the_deciding_seeds has it)
     staged = tmp_path / "staged.json"
     monkeypatch.setenv(REGISTER_ENV, str(staged))
     monkeypatch.setenv(registration.PILOT_ENV, str(folder))

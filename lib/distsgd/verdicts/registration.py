@@ -15,10 +15,12 @@ to the registration log ``<folder>/log.csv``: when, which notebook, what changed
 the deciding runs had been seen. A notebook's run never writes it: it fails before its first run
 when there is none, or when its tests or design differ from it (`check`).
 
-The pilot's rule, applied to every claim the pilot decides (`power`): the expected interval width is
-the pilot's (the same number of seeds and test examples); a claim is registered *undecidable here*
-when the pilot's interval contains the threshold (this budget does not decide it), or when the
-pilot's verdict at the run length T differs from its verdict at 4T (the direction is not settled).
+The pilot's rule, applied to every claim the pilot decides (`power`): the expected interval is the
+pilot's, its half-widths scaled from the pilot's number of seeds m to the deciding runs' n by
+t(n-1)/t(m-1) x sqrt(m/n) (`seed_scale`: a seed mean's standard error and its Student-t quantile,
+1 when they are equal); a claim is registered *undecidable here* when that interval around the
+pilot's estimate contains the threshold (this budget does not decide it), or when the pilot's verdict
+at the run length T differs from its verdict at 4T (the direction is not settled).
 """
 from __future__ import annotations
 
@@ -90,25 +92,47 @@ def _pilot_row(table: pd.DataFrame | None, id: str) -> Any:
     return row if math.isfinite(float(row.low)) and math.isfinite(float(row.high)) else None
 
 
-def power(test: Any, id: str, pilot_t: pd.DataFrame | None, pilot_4t: pd.DataFrame | None) -> Power:
+def seed_scale(pilot_seeds: int | None, seeds: int | None) -> float:
+    """The factor from an interval over `pilot_seeds` seeds to one over `seeds`: the ratio of the
+    95% Student-t quantiles times sqrt(pilot_seeds / seeds); 1 when either is unknown or below 2."""
+    if not pilot_seeds or not seeds or pilot_seeds < 2 or seeds < 2 or pilot_seeds == seeds:
+        return 1.0
+    from scipy import stats
+    return float(stats.t.ppf(0.975, seeds - 1) / stats.t.ppf(0.975, pilot_seeds - 1) * math.sqrt(pilot_seeds / seeds))
+
+
+def _scaled(row: Any, scale: float) -> tuple[float, float]:
+    """The pilot row's interval with its half-widths about the estimate scaled by `scale`."""
+    low, high = float(row.low), float(row.high)
+    if scale == 1.0 or not math.isfinite(float(row.estimate)):
+        return low, high
+    est = float(row.estimate)
+    return est - (est - low) * scale, est + (high - est) * scale
+
+
+def power(test: Any, id: str, pilot_t: pd.DataFrame | None, pilot_4t: pd.DataFrame | None,
+          scale: float = 1.0) -> Power:
     """The pilot's rule for claim `id` with `test` (a `claims.Test`): no pilot row, no power known
-    (None, None); the pilot's interval at T containing the threshold, or its verdict at T differing
-    from the one at 4T, undecidable with the numbers; otherwise the pilot's width."""
+    (None, None); the pilot's interval at T (half-widths times `scale`, `seed_scale`) containing the
+    threshold, or its verdict at T differing from the one at 4T, undecidable with the numbers;
+    otherwise that interval's width."""
     t = _pilot_row(pilot_t, id)
     if t is None:
         return Power(None, None)
-    low, high = float(t.low), float(t.high)
+    low, high = _scaled(t, scale)
     width = high - low
+    seeds = "" if scale == 1.0 else f", half-widths x{scale:.3g} for the deciding seeds"
     at_t = test.verdict(low, high)
     if at_t == INCONCLUSIVE:
-        return Power(width, f"the pilot's interval [{low:.4g}, {high:.4g}] (other seeds, this budget) contains "
+        return Power(width, f"the pilot's interval [{low:.4g}, {high:.4g}] (other seeds{seeds}) contains "
                             f"{test.threshold:g}: this budget does not decide it")
     long = _pilot_row(pilot_4t, id)
     if long is not None:
-        at_4t = test.verdict(float(long.low), float(long.high))
+        long_low, long_high = _scaled(long, scale)
+        at_4t = test.verdict(long_low, long_high)
         if at_4t != at_t:
             return Power(width, f"not settled: the pilot is {at_t} at the run length T ([{low:.4g}, {high:.4g}]) "
-                                f"and {at_4t} at 4T ([{float(long.low):.4g}, {float(long.high):.4g}])")
+                                f"and {at_4t} at 4T ([{long_low:.4g}, {long_high:.4g}]){seeds}")
     return Power(width, None)
 
 
@@ -130,9 +154,11 @@ def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
     pilot_reg = pilot_folder(notebook) / "registered" / "T" / f"{notebook}.json"
     if pilot_reg.is_file():
         pilot_design = json.loads(pilot_reg.read_text()).get("design")
+    count = lambda d: len(d["seeds"]) if isinstance(d, Mapping) and isinstance(d.get("seeds"), list) else None  # noqa: E731
+    scale = seed_scale(count(pilot_design), count(design))
     out = {}
     for id, fields in tests.items():
-        p = power(test_objects[id], id, *pilot)
+        p = power(test_objects[id], id, *pilot, scale=scale)
         out[id] = dict(fields, expected_width=p.expected_width, undecidable=p.undecidable)
     return {"notebook": notebook, "design": dict(design), "pilot": pilot_design, "tests": out}
 
