@@ -77,10 +77,10 @@ def register_claims(claims: Claims, setups: Mapping[tuple[str, str], str], perio
         loss_source = acc_source = "null: no difference (this run is the pilot whose seed spread gives the margin)"
     else:
         loss_margin, acc_margin = margins.loss, -margins.acc_points
-        loss_source = (f"pilot: one seed SD of MEM-SGD's final training loss over the pilot's {n_seeds} seeds "
-                       f"({PILOT_WHERE}, MEM-SGD's seed SD in liec_close_to_mem's measured)")
-        acc_source = (f"pilot: one seed SD of P-SGD's test accuracy over the pilot's {n_seeds} seeds "
-                      f"({PILOT_WHERE}, P-SGD's seed SD in liec_acc_vs_psgd's measured)")
+        loss_source = (f"pilot: one seed SD of MEM-SGD's final training loss over the pilot's seeds "
+                       f"({PILOT_WHERE} on the seeds its registration names, MEM-SGD's seed SD in liec_close_to_mem's measured)")
+        acc_source = (f"pilot: one seed SD of P-SGD's test accuracy over the pilot's seeds "
+                      f"({PILOT_WHERE} on the seeds its registration names, P-SGD's seed SD in liec_acc_vs_psgd's measured)")
     for (m, dd), tag in setups.items():
         where = f"{m}/{dd}: " if tag else ""
         claims.register(f"{PREMISE}{tag}", f"{where}DoubleSqueeze (bidirectional) converges slower per iteration than MEM-SGD",

@@ -111,11 +111,11 @@ def _scaled(row: Any, scale: float) -> tuple[float, float]:
 
 
 def power(test: Any, id: str, pilot_t: pd.DataFrame | None, pilot_4t: pd.DataFrame | None,
-          scale: float = 1.0) -> Power:
+          scale: float = 1.0, scale_4t: float | None = None) -> Power:
     """The pilot's rule for claim `id` with `test` (a `claims.Test`): no pilot row, no power known
     (None, None); the pilot's interval at T (half-widths times `scale`, `seed_scale`) containing the
-    threshold, or its verdict at T differing from the one at 4T, undecidable with the numbers;
-    otherwise that interval's width."""
+    threshold, or its verdict at T differing from the one at 4T (half-widths times `scale_4t`,
+    default `scale`), undecidable with the numbers; otherwise that interval's width."""
     t = _pilot_row(pilot_t, id)
     if t is None:
         return Power(None, None)
@@ -128,7 +128,7 @@ def power(test: Any, id: str, pilot_t: pd.DataFrame | None, pilot_4t: pd.DataFra
                             f"{test.threshold:g}: this budget does not decide it")
     long = _pilot_row(pilot_4t, id)
     if long is not None:
-        long_low, long_high = _scaled(long, scale)
+        long_low, long_high = _scaled(long, scale if scale_4t is None else scale_4t)
         at_4t = test.verdict(long_low, long_high)
         if at_4t != at_t:
             return Power(width, f"not settled: the pilot is {at_t} at the run length T ([{low:.4g}, {high:.4g}]) "
@@ -150,15 +150,16 @@ def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
            pilot: tuple[pd.DataFrame | None, pd.DataFrame | None], test_objects: Mapping[str, Any]) -> dict:
     """The registration of `notebook`: its design and, per claim, its test fields with the pilot's
     power (`power`)."""
-    pilot_design = None
-    pilot_reg = pilot_folder(notebook) / "registered" / "T" / f"{notebook}.json"
-    if pilot_reg.is_file():
-        pilot_design = json.loads(pilot_reg.read_text()).get("design")
+    designs = {}
+    for phase in ("T", "4T"):
+        pilot_reg = pilot_folder(notebook) / "registered" / phase / f"{notebook}.json"
+        designs[phase] = json.loads(pilot_reg.read_text()).get("design") if pilot_reg.is_file() else None
     count = lambda d: len(d["seeds"]) if isinstance(d, Mapping) and isinstance(d.get("seeds"), list) else None  # noqa: E731
-    scale = seed_scale(count(pilot_design), count(design))
+    scale = {phase: seed_scale(count(d), count(design)) for phase, d in designs.items()}
+    pilot_design = designs["T"]
     out = {}
     for id, fields in tests.items():
-        p = power(test_objects[id], id, *pilot, scale=scale)
+        p = power(test_objects[id], id, *pilot, scale=scale["T"], scale_4t=scale["4T"])
         out[id] = dict(fields, expected_width=p.expected_width, undecidable=p.undecidable)
     return {"notebook": notebook, "design": dict(design), "pilot": pilot_design, "tests": out}
 
