@@ -73,3 +73,19 @@ def test_the_rule_fits_only_the_anchors_smallest_configurations(splits: dict[str
     grace = splits["grace"]
     assert grace[grace.split == pt.INCONSISTENT].connection.tolist() == ["1 Gb/s, MPI"]    # 0.861 s < 1.318 s
     assert set(grace[grace.split == pt.NOT_PREDICTED].method) == {m for m in grace.method if "compressed" in m}
+
+
+def test_the_fit_reads_only_the_rows_the_rule_fits(splits: dict[str, pd.DataFrame], monkeypatch) -> None:
+    seen = []
+
+    def recording_fit(rows, step, start, fit_latency=True):
+        seen.append(rows.copy())
+        return start                                  # no simulation: the rows handed over are the point
+
+    monkeypatch.setattr(pt, "fit_link", recording_fit)
+    for name, s in splits.items():
+        nets = pt.fit(pt.TABLES[name], s, profs={})
+        assert set(nets) == set(pt.TABLES[name].connections)
+    fitted = pd.concat(seen)
+    assert set(fitted.split) <= {pt.FIT_INTRA, pt.FIT_INTER}
+    assert {(r.table, r.connection, r.model, r.method, r.nproc, r.split) for r in fitted.itertuples()} == FITTED

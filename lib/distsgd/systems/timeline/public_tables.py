@@ -50,9 +50,11 @@ no schedule without overlap:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import Any
 from pathlib import Path
 
 import pandas as pd
@@ -62,8 +64,11 @@ from ...errors import ConfigError
 from ...paths import repo_root
 from ..layer_profile import Profile
 from .effects import WHATIF, Effects
-from .survey import SURVEY_EFFECTS, Method
+from .simulate import Prediction, simulate
+from .survey import MODEL_COLUMNS, SURVEY_EFFECTS, Method, fit_link, net_label
+from .survey import load_error as survey_error
 from .sweep import find_profile
+from .topology import Topology
 
 MiB = 2**20
 VALIDATION = Path("reproduce") / "validation"
@@ -305,3 +310,135 @@ def start_networks(table: PublicTable, connection: str) -> tuple[NetModel, NetMo
     intra, inter = parse_net(spec.intra), parse_net(spec.inter)
     assert intra is not None and inter is not None
     return intra, inter
+
+
+# ------------------------------------------------------------------ fit, predict, error
+ERROR_CSV = VALIDATION / "public_error.csv"
+PREDICTED = (FIT_INTRA, FIT_INTER, HELD_OUT)
+COLUMNS = ["table", "cluster", "connection", "model", "method", "family", "nproc", "nodes", "split", "why",
+           "measured_s", "predicted_s", "error", "intra", "inter", *MODEL_COLUMNS]
+TARGET_MEDIAN, TARGET_MAX = 0.08, 0.25          # the targets on held-out rows, per schedule
+
+
+def profiles(table: PublicTable, rows: pd.DataFrame) -> dict[tuple[str, str], Profile]:
+    """{(model, cluster): the model's committed profile scaled to that cluster's single-GPU step}
+    from the `COMPUTE` rows of `rows` (`split`)."""
+    return {(r.model, r.cluster): Profile.from_csv(find_profile(table.models[r.model], DEVICE, r.batch_size))
+            .scaled(float(r.step_s)) for r in rows[rows.split == COMPUTE].itertuples()}
+
+
+def predict(table: PublicTable, profs: dict[tuple[str, str], Profile], row: Any, intra: NetModel,
+            inter: NetModel) -> Prediction:
+    """The simulator's prediction of `row` (a `split` row of `table`): its method's schedule on its
+    model's scaled profile, `row.nproc` ranks in machines of `table.gpus_per_node` over `intra` inside
+    and `inter` between, with the runtime's effects."""
+    method = table.methods[row.method]
+    return simulate(profs[(row.model, row.cluster)], method.algo, int(row.nproc), params=method.params,
+                    topology=Topology(table.gpus_per_node, intra, inter), effects=table.effects)
+
+
+def fit(table: PublicTable, rows: pd.DataFrame, profs: dict[tuple[str, str], Profile]) -> dict[str, tuple[NetModel, NetModel]]:
+    """{connection: (intra, inter)}: each link's bandwidth fitted (`survey.fit_link`, latency the
+    preset's) on the rows `split` marks `FIT_INTRA`, then `FIT_INTER`, and no other; a link without
+    such rows keeps its preset."""
+    nets = {}
+    for connection in table.connections:
+        intra, inter = start_networks(table, connection)
+        here = rows[rows.connection == connection]
+        if (here.split == FIT_INTRA).any():
+            intra = fit_link(here[here.split == FIT_INTRA],
+                             lambda r, net, inter=inter: predict(table, profs, r, net, inter).step_s, intra, False)
+        if (here.split == FIT_INTER).any():
+            inter = fit_link(here[here.split == FIT_INTER],
+                             lambda r, net, intra=intra: predict(table, profs, r, intra, net).step_s, inter, False)
+        nets[connection] = (intra, inter)
+    return nets
+
+
+def error_table(tables: Sequence[PublicTable] | None = None) -> pd.DataFrame:
+    """Every row of `tables` (default all, `TABLES`) with its split and, for the fitted and held-out
+    rows, the prediction (`COLUMNS`; error = predicted / measured step - 1) and the runtime model
+    that made it (`survey.MODEL_COLUMNS`)."""
+    out = []
+    for table in tables or list(TABLES.values()):
+        rows = split(table, read(table))
+        profs = profiles(table, rows)
+        nets = fit(table, rows, profs)
+        for r in rows.itertuples():
+            entry = dict(table=table.name, cluster=r.cluster, connection=r.connection, model=r.model, method=r.method,
+                         family=table.methods[r.method].algo if r.method in table.methods else "",
+                         nproc=r.nproc, nodes=r.nodes, split=r.split, why=r.why, measured_s=r.step_s)
+            if r.split in PREDICTED:
+                intra, inter = nets[r.connection]
+                pred = predict(table, profs, r, intra, inter)
+                entry.update(predicted_s=pred.step_s, error=pred.step_s / r.step_s - 1, intra=net_label(intra),
+                             inter=net_label(inter), **asdict(pred.model))
+            out.append(entry)
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def held_out(public: pd.DataFrame, surveyed: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The held-out rows of every real table: `public`'s (`error_table`) and the survey's 32-GPU
+    rows (`survey.load_error()` or `surveyed`), with `table`, `family` (the schedule, `algo`),
+    `runtime` and `error`."""
+    surveyed = survey_error() if surveyed is None else surveyed
+    check = surveyed[surveyed.split == "check"].assign(table="survey")
+    rows = public[public.split == HELD_OUT]
+    return pd.concat([rows.assign(family=rows.algo), check.assign(family=check.algo)],
+                     ignore_index=True)[["table", "family", "runtime", "connection", "model", "nproc", "error"]]
+
+
+def summary(public: pd.DataFrame, surveyed: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Median and max |error| of the held-out rows (`held_out`) per table and schedule, then per
+    schedule over all tables, with whether each meets the targets (median <= 8%, max <= 25%)."""
+    rows = held_out(public, surveyed).assign(abs_error=lambda t: t.error.abs())
+    by = rows.groupby(["table", "family"]).abs_error.agg(["median", "max", "count"]).reset_index()
+    total = rows.groupby("family").abs_error.agg(["median", "max", "count"]).reset_index().assign(table="all")
+    out = pd.concat([by, total], ignore_index=True)
+    return out.assign(meets=(out["median"] <= TARGET_MEDIAN) & (out["max"] <= TARGET_MAX))
+
+
+def markdown(public: pd.DataFrame, surveyed: pd.DataFrame | None = None) -> str:
+    """docs/simulator_error.md's table of the held-out errors (`summary`)."""
+    lines = ["| held-out rows of | schedule | median | max | rows | targets (<= 8%, <= 25%) |",
+             "|---|---|---|---|---|---|"]
+    for r in summary(public, surveyed).itertuples():
+        lines.append(f"| {r.table} | {r.family} | {100 * r.median:.1f}% | {100 * r.max:.1f}% | {r.count} | "
+                     f"{'met' if r.meets else 'not met'} |")
+    return "\n".join(lines)
+
+
+def error_csv() -> Path:
+    """Where the committed error table lies (`ERROR_CSV` in this checkout)."""
+    return repo_root(Path(__file__).parent) / ERROR_CSV
+
+
+def load_error(path: Path | None = None) -> pd.DataFrame:
+    """The committed error table (`error_csv()`, written by `main`), or the one at `path`."""
+    return pd.read_csv(path or error_csv(), keep_default_na=False, na_values=[""])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m distsgd.systems.timeline.public_tables [--csv PATH] [--markdown]`: compute the error
+    table once, write it (default `ERROR_CSV`), print each fitted network and the held-out summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=None, help=f"where to write the table (default {ERROR_CSV})")
+    parser.add_argument("--markdown", action="store_true", help="also print docs/simulator_error.md's table")
+    args = parser.parse_args(argv)
+    table = error_table()
+    path = Path(args.csv or error_csv())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False, float_format="%.6g")
+    fitted = table[table.split.isin(PREDICTED)].drop_duplicates(["table", "connection"])
+    for r in fitted.itertuples():
+        print(f"{r.table}, {r.connection}: intra {r.intra}; inter {r.inter}")
+    with pd.option_context("display.width", 200):
+        print(summary(table).to_string(float_format=lambda v: f"{v:.3f}"))
+    if args.markdown:
+        print(markdown(table))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
