@@ -89,3 +89,29 @@ def test_the_fit_reads_only_the_rows_the_rule_fits(splits: dict[str, pd.DataFram
     fitted = pd.concat(seen)
     assert set(fitted.split) <= {pt.FIT_INTRA, pt.FIT_INTER}
     assert {(r.table, r.connection, r.model, r.method, r.nproc, r.split) for r in fitted.itertuples()} == FITTED
+
+
+def test_the_committed_table_follows_the_rule_and_the_docs_show_it(splits: dict[str, pd.DataFrame]) -> None:
+    committed = pt.load_error()
+    assert list(committed.columns) == pt.COLUMNS
+    both = pd.concat(splits.values(), ignore_index=True)
+    assert committed.split.tolist() == both.split.tolist() and committed.model.tolist() == both.model.tolist()
+    predicted = committed.split.isin(pt.PREDICTED)
+    assert committed[predicted].error.notna().all() and committed[~predicted].error.isna().all()
+    assert committed[predicted].predicted_s.gt(0).all()
+    doc = (ROOT / "docs" / "simulator_error.md").read_text()
+    assert pt.markdown(committed) in doc
+    assert pt.markdown(committed.assign(error=committed.error * 1.01)) not in doc     # one percent off is caught
+    summary = pt.summary(committed).set_index(["table", "family"])
+    assert summary.loc[("all", "ddp"), "count"] == 38 and summary.loc[("all", "wfbp"), "count"] == 12 + 5 + 9
+
+
+@pytest.mark.validation
+def test_committed_error_table_is_what_the_code_produces() -> None:
+    committed = pt.load_error()
+    table = pt.error_table()
+    for column in pt.COLUMNS:
+        if table[column].dtype.kind == "f":
+            assert committed[column].to_numpy() == pytest.approx(table[column].to_numpy(), rel=1e-5, nan_ok=True), column
+        else:
+            assert committed[column].fillna("").astype(str).tolist() == table[column].fillna("").astype(str).tolist(), column
