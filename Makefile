@@ -52,9 +52,10 @@ test-cluster: venv
 
 # The simulator against measured step times on this machine (every schedule, p = 2 and 4; asserted
 # within 15% at p <= cores): not part of `test`, ~7 minutes of timing that need a quiet machine
-# (tests/test_timeline_validation.py; docs/validation.md has the runs).
+# (tests/test_timeline_validation.py; docs/validation.md has the runs); and the public real-cluster tables
+# recomputed and compared with the committed reproduce/validation/public_error.csv (about a minute).
 validate: venv
-	$(PY) -m pytest tests/test_timeline_validation.py -m validation $(PYTEST_ARGS)
+	$(PY) -m pytest tests/test_timeline_validation.py tests/test_timeline_public_tables.py -m validation $(PYTEST_ARGS)
 
 # The quick profile also regenerates the README's verdict table from the fresh claims tables.
 reproduce: venv bytecode

@@ -108,3 +108,10 @@ def test_emulation_invariant_and_the_overlap_decision() -> None:
     sysb.decide_overlap(claims, bench, [("mlp", 2)])               # only the emulable pair is tested
     row = claims.table().iloc[0]
     assert row.estimate == pytest.approx(2.0) and row.measured.endswith("transformer p=2 1.20 (not emulable here)")
+
+
+def test_the_public_tables_held_out_errors_are_shown_per_table_and_schedule() -> None:
+    summary = sysb.show_public_error()
+    assert {"ddp", "grace", "horovod", "survey", "all"} == set(summary.table)
+    assert {"median", "max", "count", "meets"} <= set(summary.columns)
+    assert summary[summary.table == "all"].family.is_unique

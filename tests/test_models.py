@@ -11,7 +11,9 @@ from distsgd.models import MODELS, build_model
 DIGITS = (1, 8, 8)
 CIFAR = (3, 32, 32)
 TEXT = ("bert_base", "bert_large")           # token-id inputs (seq_len,), not images
-IMAGE_MODELS = [m for m in MODELS if m not in TEXT]
+# the public tables' models (ImageNet-size profiles only): built on the meta device below, not run here
+PROFILED = ("resnet101", "resnext50_32x4d", "resnext101_32x8d", "inception_v3")
+IMAGE_MODELS = [m for m in MODELS if m not in TEXT + PROFILED]
 # VGG-16's five max-pools need 32x32 inputs; it rejects 8x8 digits (tested below).
 CASES = [(m, DIGITS) for m in IMAGE_MODELS if m != "vgg16"] + [(m, CIFAR) for m in IMAGE_MODELS]
 
@@ -94,6 +96,18 @@ def test_vgg16_cifar_head():
     assert grey(torch.randn(2, 1, 32, 32)).shape == (2, 10)
 
 
+def test_the_public_tables_models_at_imagenet_size():
+    with torch.device("meta"):
+        counts = {name: sum(p.numel() for p in build_model(name, shape, 10).parameters())
+                  for name, shape in [("resnet101", (3, 224, 224)), ("resnext50_32x4d", (3, 224, 224)),
+                                      ("resnext101_32x8d", (3, 224, 224)), ("inception_v3", (3, 299, 299))]}
+    assert counts == {"resnet101": 42_520_650, "resnext50_32x4d": 23_000_394, "resnext101_32x8d": 86_762_826,
+                      "inception_v3": 21_806_058}
+    with pytest.raises(ConfigError) as err:
+        build_model("inception_v3", CIFAR, 10)
+    assert err.value.field == "input_shape"
+
+
 def test_image_models_reject_unusable_shapes():
     with pytest.raises(ConfigError) as err:
         build_model("vgg16", DIGITS, 10)
@@ -116,7 +130,7 @@ def test_unknown_model_option_is_rejected():
 
 def test_all_models_are_listed():
     assert MODELS == ("logistic", "mlp", "cnn", "lenet5", "resnet20", "resnet18", "resnet34", "resnet50",
-                      "preact_resnet18", "preact_resnet34", "vgg16", "densenet201", "transformer", "vit_tiny",
+                      "resnet101", "resnext50_32x4d", "resnext101_32x8d", "inception_v3", "preact_resnet18", "preact_resnet34", "vgg16", "densenet201", "transformer", "vit_tiny",
                       "bert_base", "bert_large")
 
 

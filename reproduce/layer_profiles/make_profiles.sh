@@ -31,6 +31,14 @@ if [[ $what == projected || $what == all ]]; then
   p --model vgg16 --input-shape 3x224x224 --batch-size 32 --project V100-fp32 --out $out/V100-fp32/vgg16_b32.csv
   p --model bert_base --input-shape 64 --batch-size 64 --project V100-fp32 --out $out/V100-fp32/bert_base_b64.csv
   p --model bert_large --input-shape 64 --batch-size 8 --project V100-fp32 --out $out/V100-fp32/bert_large_b8.csv
+  # the public real-cluster tables (timeline.public_tables): PyTorch's DDP benchmark (batch 32, 224x224),
+  # Horovod's first benchmark (tf_cnn_benchmarks, batch 64; Inception v3 at 299x299)
+  for m in resnet50 resnet101 resnext50_32x4d resnext101_32x8d; do
+    p --model $m --input-shape 3x224x224 --batch-size 32 --project V100-fp32 --out $out/V100-fp32/${m}_b32.csv
+  done
+  p --model resnet101 --input-shape 3x224x224 --batch-size 64 --project V100-fp32 --out $out/V100-fp32/resnet101_b64.csv
+  p --model vgg16 --input-shape 3x224x224 --batch-size 64 --project V100-fp32 --out $out/V100-fp32/vgg16_b64.csv
+  p --model inception_v3 --input-shape 3x299x299 --batch-size 64 --project V100-fp32 --out $out/V100-fp32/inception_v3_b64.csv
   # SSD-SGD: ResNet-20 / CIFAR-10, batch 128 per worker (its GPU is not in the text we have: V100)
   p --model resnet20 --batch-size 128 --project V100-fp32 --out $out/V100-fp32/resnet20_b128.csv
   # CoCoD-SGD: ResNet-18 and VGG-16 / CIFAR-10 on 16 GeForce GTX 1080 Ti, batch 128 per GPU

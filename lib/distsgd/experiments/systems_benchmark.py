@@ -17,7 +17,7 @@ from ..verdicts import projection as pj
 from ..verdicts.analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
 from ..verdicts.claims import Claims
 from ..paths import repo_root
-from ..systems.timeline import survey, validate as tv
+from ..systems.timeline import public_tables, survey, validate as tv
 
 # the projection's setting, the same in every profile; the survey's settings (timeline.survey): BSP's 512 MiB
 # buffer, Horovod's 64 MB fusion, ByteScheduler 4 MB / 16 MB, BytePS's 4,096,000-byte partitions; DDP and DeAR
@@ -146,6 +146,13 @@ def show_survey_error(out: Path) -> pd.DataFrame:
     table = survey.load_error()
     survey.plot(table, out / "survey_error.png")
     return survey.summary(table)
+
+
+def show_public_error() -> pd.DataFrame:
+    """The simulator's committed error on every public real-cluster table (`timeline.public_tables`,
+    reproduce/validation/public_error.csv, and the survey's 32-GPU rows): median and max |error| of the
+    held-out rows per table and schedule, and per schedule over all tables, against the targets."""
+    return public_tables.summary(public_tables.load_error())
 
 
 def project_with_invariants(claims: Claims, out: Path) -> pd.DataFrame:

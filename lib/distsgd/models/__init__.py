@@ -9,6 +9,10 @@
   parameters (SSD-SGD).
 - ``resnet18``, ``resnet34``, ``resnet50``: torchvision's, CIFAR stem for inputs up to 64 pixels a
   side (ResNet-18: CoCoD-SGD, LIEC-SGD; ResNet-34: LIEC-SGD on CIFAR-100).
+- ``resnet101``, ``resnext50_32x4d``, ``resnext101_32x8d``: torchvision's, the same stems (PyTorch's
+  DDP benchmark, Horovod's first benchmark).
+- ``inception_v3``: torchvision's Inception v3 without the auxiliary head, for inputs of at least
+  75 pixels a side (299x299 as published; Horovod's first benchmark).
 - ``preact_resnet18``, ``preact_resnet34``: the pre-activation ResNets of He et al. 2016 (identity
   mappings) in the CIFAR variant LIEC-SGD's authors train (their ResNet-18 on CIFAR-10, ResNet-34
   on CIFAR-100), 11,171,146 / 21,279,306 parameters for 10 classes.
@@ -57,6 +61,10 @@ _BUILDERS: dict[str, str] = {
     "resnet18": "resnet",
     "resnet34": "resnet",
     "resnet50": "resnet",
+    "resnet101": "resnet",
+    "resnext50_32x4d": "resnet",
+    "resnext101_32x8d": "resnet",
+    "inception_v3": "inception",
     "preact_resnet18": "preact_resnet",
     "preact_resnet34": "preact_resnet",
     "vgg16": "vgg",

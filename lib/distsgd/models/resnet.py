@@ -1,7 +1,11 @@
-"""ResNets: torchvision's ResNet-18/34/50 (never pretrained), with the CIFAR stem for small inputs,
-and the CIFAR ResNet-20 of He et al.
+"""ResNets: torchvision's ResNet-18/34/50/101 and ResNeXt-50 (32x4d) / ResNeXt-101 (32x8d) (never
+pretrained), with the CIFAR stem for small inputs, and the CIFAR ResNet-20 of He et al.
 
-ResNet-18/34/50: for inputs of at most `SMALL_INPUT_SIDE` pixels a side the stem is the standard
+ResNet-101 and the ResNeXts are the models of PyTorch's DDP benchmark and Horovod's first benchmark
+(`timeline.public_tables`); ResNeXt is Xie et al., "Aggregated Residual Transformations for Deep Neural
+Networks", CVPR 2017 (32 groups of width 4 or 8 in the bottlenecks).
+
+ResNet-18/34/50/101, ResNeXt: for inputs of at most `SMALL_INPUT_SIDE` pixels a side the stem is the standard
 CIFAR adaptation (He et al. 2016, Sec. 4.2; kuangliu/pytorch-cifar): conv1 becomes a 3x3, stride 1,
 padding 1 convolution without bias and the max-pool is removed, so a 32x32 image reaches the
 last stage at 4x4 instead of 1x1. For larger inputs the ImageNet stem is kept. Either way conv1
@@ -49,6 +53,21 @@ def resnet34(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 def resnet50(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """ResNet-50, CIFAR stem for small inputs."""
     return _resnet("resnet50", models.resnet50, input_shape, num_classes)
+
+
+def resnet101(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """ResNet-101, CIFAR stem for small inputs."""
+    return _resnet("resnet101", models.resnet101, input_shape, num_classes)
+
+
+def resnext50_32x4d(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """ResNeXt-50 (32x4d), CIFAR stem for small inputs."""
+    return _resnet("resnext50_32x4d", models.resnext50_32x4d, input_shape, num_classes)
+
+
+def resnext101_32x8d(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """ResNeXt-101 (32x8d), CIFAR stem for small inputs."""
+    return _resnet("resnext101_32x8d", models.resnext101_32x8d, input_shape, num_classes)
 
 
 def _resnet(name: str, build: Callable[..., models.ResNet], input_shape: tuple[int, ...],

@@ -60,7 +60,7 @@ class Config:
     params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
                                         "the algorithm's defaults fill in the rest", flag="--set")
     model: str = _field("mlp", "logistic, mlp, cnn, lenet5, resnet20, resnet18, resnet34, resnet50, "
-                               "preact_resnet18, preact_resnet34, vgg16, densenet201, transformer, vit_tiny, "
+                               "resnet101, resnext50_32x4d, resnext101_32x8d, inception_v3, preact_resnet18, preact_resnet34, vgg16, densenet201, transformer, vit_tiny, "
                                "bert_base, bert_large")
     model_options: dict[str, Any] = _field(
         {}, "a model option, repeatable (e.g. --model-opt hidden=[512,512]); "

@@ -12,7 +12,8 @@ table of configurations), `overheads` (the per-call issue and copy costs on the 
 `effects` (Horovod's fusion cycle, compute contention, the per-message cost: `simulate(...,
 effects=Effects(...))`, default off; on in the what-if CLI), `validate` (against the benchmark's
 measured step times), `survey` (the error on the survey's real cluster: `python -m
-distsgd.systems.timeline.survey`). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
+distsgd.systems.timeline.survey`), `public_tables` (the error on the other public real-cluster tables:
+PyTorch's DDP benchmark, Horovod's first table, GRACE). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
 """
 from .effects import Effects
 from .overheads import Overheads

@@ -121,12 +121,13 @@ class Fit:
 
     def describe(self) -> str:
         """One line per fitted network."""
-        lines = [f"PCIe (intra-node): {_net(self.intra)} (latency: the {INTRA_PRESET} preset's)"]
-        lines += [f"{c}: {_net(m)}" for c, m in self.inter.items()]
+        lines = [f"PCIe (intra-node): {net_label(self.intra)} (latency: the {INTRA_PRESET} preset's)"]
+        lines += [f"{c}: {net_label(m)}" for c, m in self.inter.items()]
         return "\n".join(lines)
 
 
-def _net(m: NetModel) -> str:
+def net_label(m: NetModel) -> str:
+    """The label "<bandwidth> GB/s, <latency> us" of a network, as the error tables write it."""
     return f"{m.bandwidth_Bps / 1e9:.4g} GB/s, {1e6 * m.latency_s:.4g} us"
 
 
@@ -226,7 +227,7 @@ def error_table(measured: pd.DataFrame | None = None, fit_latency: bool = False)
                          connection=r.connection, nproc=r.nproc,
                          split="check" if r.nproc == CHECK_NPROC else "fit" if fitted_row else "develop",
                          measured_throughput=r.throughput, measured_s=r.step_s, predicted_s=pred.step_s,
-                         error=pred.step_s / r.step_s - 1, intra=_net(fitted.intra), inter=_net(inter),
+                         error=pred.step_s / r.step_s - 1, intra=net_label(fitted.intra), inter=net_label(inter),
                          **asdict(pred.model)))
     return pd.DataFrame(rows, columns=COLUMNS), fitted
 
