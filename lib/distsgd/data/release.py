@@ -120,7 +120,7 @@ def require_release(name: str, options: dict[str, Any]) -> None:
         return
     raise ConfigError("data", name, f"{name}'s release files in {folder}",
                       f"this profile needs the papers' data ({RELEASE_ENV}=1): "
-                      f"{stand_in or status.state + ': ' + status.detail}. {where_to_put(name, folder)}; "
+                      f"{stand_in or status.line()}. {where_to_put(name, folder)}; "
                       f"check with `{CHECK_COMMAND.format(name=name)}`")
 
 
