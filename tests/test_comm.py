@@ -351,3 +351,19 @@ def test_on_the_cpu_the_emulation_touches_no_device(monkeypatch):
     comm.all_reduce_future(torch.ones(10)).wait()
     entry = comm.ledger.entries[0]
     assert entry.t_done >= entry.t_ready > entry.t_issue
+
+
+def test_gpu_checks_emulation_probe_runs_on_the_cpu():
+    """reproduce/gpu_check.py's `full_profile` step times a modeled all-reduce issued behind queued
+    compute; on the CPU (its own check before device time is spent) the probe runs end to end and its
+    wait lasts at least the modeled time."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "reproduce" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    probe = gpu_check.emulation_on_device("cpu", "gloo")
+    assert set(probe) == {"compute_s", "modeled_s", "total_s", "overlap", "holds"}
+    assert probe["modeled_s"] > 0 and probe["total_s"] >= probe["modeled_s"]
