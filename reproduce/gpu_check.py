@@ -30,20 +30,36 @@ Steps (all by default; `--steps` picks some, in this order):
    the 2-core development machine cannot time p = 4 -> OUT/baseline.csv, and the ratio of each pair's
    step times per repeat (the repeats interleave the cases) printed. About 4 minutes.
 
+7. `full_profile`: a notebook's full-profile configuration on NCCL (`FULL_NOTEBOOK`'s entry of
+   reproduce/profiles/full.yaml: ResNet-18 on CIFAR-10, batch 128 per GPU) for `FULL_STEPS` steps at
+   min(its nproc, the GPUs here) ranks, S-SGD and local SGD, on the release CIFAR-10 where
+   `python -m distsgd data check cifar10` finds it, else on stand-ins (recorded); the refusal of an
+   nproc larger than the GPUs (`distsgd train --nproc <GPUs + 1>`, with --device cuda and with the
+   device left auto, as the notebooks leave it: exit status 2 and a message naming nproc, before any
+   rank starts); and the emulated network timed from the device (`comm.device_sync`): a modeled
+   2-rank all-reduce issued behind queued GPU compute must take the compute plus the modeled time,
+   not the larger of the two -> OUT/full_profile.json, with the machine (GPUs, driver, torch, CUDA,
+   host) recorded. About 2 minutes on one H200.
+
 Usage (repository root, the library on PYTHONPATH): python reproduce/gpu_check.py OUT [--steps calls host ...]
-`--device cpu --models mlp` runs steps 0, 1, 3 and 6 on the CPU (gloo; step 6 with the MLP only, one
-repeat): the script's own check before device time is spent, not a result.
+`--device cpu --models mlp` runs steps 0, 1, 3, 6 and 7 on the CPU (gloo; step 6 with the MLP only, one
+repeat; step 7 capped at 2 ranks, a batch of 2 and 2 steps, its refusal check asking for a GPU where
+there is none): the script's own check before device time is spent, not a result.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 # (model, batch, input shape): DeAR and the survey (ImageNet 224x224, BERT at sequence length 64),
 # SSD-SGD (ResNet-20 / CIFAR-10), CoCoD-SGD (ResNet-18, VGG-16 / CIFAR-10, batch 128 per GPU).
@@ -175,7 +191,138 @@ def baseline(out: Path, args: argparse.Namespace) -> None:
     print(ratios.groupby(level=keys[:-1]).agg(["median", "min", "max"]).round(3).to_string(), flush=True)
 
 
-STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training, dropit_memory, baseline)}
+FULL_NOTEBOOK = "00_baselines"   # its full-profile entry names Config fields only (model, data, batch, ...)
+FULL_STEPS = 20
+FULL_ALGOS = [("ssgd", {}), ("local_sgd", {"period": 4})]
+
+
+def machine(device: str) -> dict[str, object]:
+    """What the numbers were measured on: host, GPUs (nvidia-smi's name, memory, driver), torch, CUDA."""
+    import torch
+
+    record: dict[str, object] = {"host": platform.node(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+                                 "cpus": len(os.sched_getaffinity(0))}
+    if device == "cuda":
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        record["gpus"] = smi.stdout.strip().splitlines() or [torch.cuda.get_device_name(i)
+                                                             for i in range(torch.cuda.device_count())]
+    return record
+
+
+def refusal(nproc: int, device_args: list[str], backend: str) -> dict[str, object]:
+    """`distsgd train --nproc N` on a machine with fewer GPUs: refused (exit status 2, a message naming
+    nproc) before any rank starts, or not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "distsgd", "train", "--backend", backend, *device_args, "--nproc", str(nproc),
+               "--model", "mlp", "--data", "digits", "--steps", "2", "--out", tmp, "--no-progress"]
+        t = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        started = any(Path(tmp).rglob("rank*.log"))
+    error = next((line for line in done.stderr.splitlines() if line.startswith("error:")), done.stderr[-300:])
+    return {"nproc": nproc, "args": " ".join(device_args) or "(device auto)", "rc": done.returncode,
+            "error": error, "seconds": round(time.perf_counter() - t, 2), "ranks_started": started,
+            "refused": done.returncode == 2 and "nproc" in error and not started}
+
+
+def emulation_on_device(device: str, backend: str) -> dict[str, float]:
+    """A modeled 2-rank all-reduce (over a 1-rank group: the real collective is trivial) issued behind
+    queued compute: its wait must end no earlier than the compute plus the modeled time (the emulated
+    transfer starts when the device reaches it), where timing from the host's issue gave the larger of
+    the two. Times in seconds; `overlap` = 1 - (total - compute) / modeled is about 0 when it holds."""
+    import torch
+    import torch.distributed as dist
+
+    from distsgd.comm import Comm, parse_net
+    from distsgd.comm.comm import Group
+
+    dev = torch.device(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group(backend, init_method=f"file://{tmp}/rendezvous", rank=0, world_size=1,
+                                **({"device_id": dev} if backend == "nccl" else {}))
+        try:
+            x = torch.randn(2048 if device == "cuda" else 256, 2048 if device == "cuda" else 256, device=dev)
+
+            def compute() -> None:
+                for _ in range(200 if device == "cuda" else 20):
+                    torch.mm(x, x, out=torch.empty_like(x))
+
+            def sync() -> None:
+                if device == "cuda":
+                    torch.cuda.synchronize(dev)
+
+            compute(), sync()                                   # warm-up
+            t = time.perf_counter(); compute(); sync(); compute_s = time.perf_counter() - t
+            payload = torch.ones(1 << 20, device=dev)           # 4 MB, modeled at about the compute's time
+            bandwidth = 2 * 0.5 * payload.numel() * 4 * 8 / compute_s
+            comm = Comm.on_group(dev, net=parse_net(f"{bandwidth / 1e6:.3f}Mbit,0us"))
+            t = time.perf_counter()
+            compute()
+            comm.all_reduce(payload, group=Group((0, 1), None, "global"), async_op=True).wait()
+            sync()
+            total_s = time.perf_counter() - t
+            modeled_s = comm.ledger.entries[-1].modeled_s
+        finally:
+            dist.destroy_process_group()
+    return {"compute_s": compute_s, "modeled_s": modeled_s, "total_s": total_s,
+            "overlap": 1 - (total_s - compute_s) / modeled_s, "holds": total_s >= 0.95 * (compute_s + modeled_s)}
+
+
+def full_profile(out: Path, args: argparse.Namespace) -> None:
+    import torch
+    import yaml
+
+    import distsgd
+    from distsgd.data import release
+    from distsgd.data.standins import write_standins
+
+    cuda = args.device == "cuda"
+    gpus = torch.cuda.device_count() if cuda else 0
+    backend = "nccl" if cuda else "gloo"
+    record: dict[str, object] = {"machine": machine(args.device), "notebook": FULL_NOTEBOOK}
+    # over-large nproc: with --device cuda, and with the device left auto as the notebooks leave it (a GPU machine)
+    record["refusal"] = [refusal(gpus + 1, device_args, "nccl" if cuda else "auto")
+                         for device_args in ([["--device", "cuda"], []] if cuda else [["--device", "cuda"]])]
+    for r in record["refusal"]:
+        print(f"nproc {r['nproc']} on {gpus} GPU(s), {r['args']}: rc {r['rc']}, refused {r['refused']}: {r['error']}",
+              flush=True)
+    record["emulation"] = emulation_on_device("cuda" if cuda else "cpu", backend)
+    print(f"emulated all-reduce behind queued compute: {record['emulation']}", flush=True)
+
+    entry = yaml.safe_load((REPO / "reproduce" / "profiles" / "full.yaml").read_text())["notebooks"][FULL_NOTEBOOK]
+    data_state = release.inspect(entry["data"])
+    caps = distsgd.Caps() if cuda else distsgd.Caps(nproc=2, batch_size=2, eval_samples=4)
+    env = {}
+    if not data_state.ok:                       # the release is not here: stand-ins in its format, recorded
+        env = {"DISTSGD_DATA": str(write_standins(out / "data")), "DISTSGD_DATA_VERIFY": "0"}
+    record["data"] = "release" if data_state.ok else f"stand-ins ({data_state.line()})"
+    runs = []
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for algo, params in FULL_ALGOS:
+            config = distsgd.Config(**{**entry, "nproc": max(1, min(entry["nproc"], gpus or 2)), "backend": backend,
+                                       "steps": FULL_STEPS if cuda else 2, "log_every": 5 if cuda else 1,
+                                       "eval_every": 0, "eval_samples": 512, "algo": algo, "params": params,
+                                       "progress": False, "out": str(out / "runs")})
+            t = time.perf_counter()
+            result = distsgd.run(config, caps=caps, force=True)
+            s = result.summary
+            runs.append({"algo": algo, "params": params, "nproc": s.get("nproc"), "batch_size": s.get("batch_size"),
+                         "steps": s.get("steps"), "seconds": round(time.perf_counter() - t, 1),
+                         "train_s": s.get("train_s"), "step_s": s["train_s"] / s["steps"] if s.get("steps") else None,
+                         "comm_wait_s": s.get("comm_wait_s"), "collectives": s.get("collectives"),
+                         "final_train_loss": s.get("final_train_loss")})
+            print(f"{FULL_NOTEBOOK} full profile, {algo}: {runs[-1]}", flush=True)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    record["runs"] = runs
+    (out / "full_profile.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+
+
+STEPS = {f.__name__: f for f in (calls, host, profiles, validation, training, dropit_memory, baseline, full_profile)}
 
 
 def main() -> int:

@@ -36,7 +36,14 @@ to those registered with the same ``--set`` in ``OUT/registered`` (``DISTSGD_REG
 
 After the runs, every verdict that differs from the profile's ledger
 (``reproduce/expected/PROFILE.csv``) is listed (notebook, claim, the ledger's verdict, this run's)
-and written to ``OUT/ledger_differences.csv``; such a notebook also fails its last cell.
+and written to ``OUT/ledger_differences.csv``; such a notebook also fails its last cell, unless the
+ledger's row reads "not yet run" (a profile whose deciding runs nobody has made: reported, never failed).
+``summary.csv`` and ``ledger_differences.csv`` keep the rows of notebooks not run this time (the tasks
+of an array job write into one OUT), and the report covers every notebook ``summary.csv`` holds.
+
+Figures go to ``figures/<NAME>/`` for the quick profile (committed) and to ``figures/<profile>/<NAME>/``
+for any other, never over the quick ones (`distsgd.paths.figures_root`). ``--jobs`` > 1 is refused when
+the notebooks run on GPUs (their runs would share them), except in a dry run.
 
 ``--kernel NAME`` executes the notebooks with the installed Jupyter kernel NAME (default
 ``python3``, the Python running this script); ``make kernel`` installs one named ``distsgd`` that
@@ -85,7 +92,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import papermill
 import psutil
@@ -95,9 +102,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 DEFAULT_PROFILES_DIR = REPO_ROOT / "reproduce" / "profiles"
 DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
-DEFAULT_FIGURES_DIR = REPO_ROOT / "figures"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-PROFILE_KEYS = frozenset({"defaults", "notebooks", "pilots"})
+PROFILE_KEYS = frozenset({"defaults", "notebooks", "pilots", "release_data"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
@@ -169,6 +175,7 @@ class Profile:
     defaults: dict[str, Any]
     notebooks: dict[str, dict[str, Any]]
     pilots: dict[str, dict[str, Any]] = field(default_factory=dict)   # reproduce/register.py --pilot
+    release_data: bool = False      # its runs read the datasets' release files only (`check_release_data`)
 
 
 @dataclass
@@ -246,7 +253,11 @@ def load_profile(name: str, profiles_dir: Path) -> Profile:
     }
     pilots = {str(nb): _mapping(p, f"profile {path}: pilots.{nb}")
               for nb, p in _mapping(data.get("pilots"), f"profile {path}: 'pilots'").items()}
-    return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks, pilots=pilots)
+    release_data = data.get("release_data", False)
+    if not isinstance(release_data, bool):
+        raise UsageError(f"profile {path}: release_data must be true or false, got {release_data!r}")
+    return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks, pilots=pilots,
+                   release_data=release_data)
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -358,6 +369,53 @@ def dry_run_environment(out_dir: Path) -> None:
     os.environ.setdefault("DISTSGD_RESULTS", str(out_dir / "results"))
     say(f"dry run: stand-in data in {data}, caps {caps}, "
         f"runs in {os.environ['DISTSGD_RESULTS']}")
+
+
+def plan_datasets(plans: Sequence[Plan]) -> list[str]:
+    """The file-based datasets (`distsgd.data.release.FILE_BASED`) that the plans' parameters name: any
+    parameter value, or element of a list value, equal to one (``data: cifar10``, ``acc_data``,
+    ``extra_setups: [[preact_resnet34, cifar100]]``); a notebook's own default counts where the profile
+    leaves it. In `FILE_BASED`'s order."""
+    import ast
+
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.data.release import FILE_BASED
+
+    def values(v: Any) -> Iterator[Any]:
+        if isinstance(v, (list, tuple)):
+            for item in v:
+                yield from values(item)
+        else:
+            yield v
+
+    named = set()
+    for plan in plans:
+        for key, spec in plan.declared.items():
+            if key in plan.parameters:
+                value = plan.parameters[key]
+            else:
+                try:
+                    value = ast.literal_eval(str(spec["default"]))
+                except (ValueError, SyntaxError):
+                    continue
+            named.update(v for v in values(value) if isinstance(v, str))
+    return [name for name in FILE_BASED if name in named]
+
+
+def check_release_data(profile: Profile, plans: Sequence[Plan], download: bool = False) -> list[str]:
+    """The datasets the plans name (`plan_datasets`), each inspected (`distsgd.data.release.prepare`;
+    `download`: fetched first where torchvision can) and reported; returns the lines of those that are
+    not in place (each naming the dataset, its folder and where to put it)."""
+    from distsgd.data import release
+
+    bad = []
+    names = plan_datasets(plans)
+    say(f"profile {profile.name}: datasets {', '.join(names) or 'none file-based'}")
+    for status in release.prepare(names, download=download):
+        say(f"  {status.line()}")
+        if not status.ok:
+            bad.append(f"{status.line()}. {release.where_to_put(status.name, release.dataset_root(status.name))}")
+    return bad
 
 
 # --------------------------------------------------------------------------- execution
@@ -651,25 +709,34 @@ def summary_table(results: Sequence[NotebookOutcome], max_status: int = 90) -> s
 
 
 def write_summary(results: Sequence[NotebookOutcome], path: Path) -> None:
-    """``summary.csv``: one row per notebook (claims empty when the notebook wrote none)."""
+    """``summary.csv``: one row per notebook (claims empty when the notebook wrote none), merged with
+    the rows already there (`merge_rows`), so that the tasks of an array job, each running one
+    notebook into the same OUT, and later ``--only`` runs leave one row per notebook: its latest."""
+    rows = []
+    for r in results:
+        counts = [""] * (len(VERDICTS) + 1) if r.verdicts is None else [
+            *(r.verdicts[v] for v in VERDICTS), sum(r.verdicts.values())]
+        rows.append((r.name, r.status, "" if r.minutes is None else f"{r.minutes:.2f}", *counts,
+                     "" if r.executed is None else r.executed))
+    merge_rows(path, SUMMARY_COLUMNS, [r.name for r in results], rows)
+
+
+def merge_rows(path: Path, header: Sequence[str], names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Write CSV `path` (first column: the notebook) with `rows` in place of the rows it held for
+    notebooks `names` and the others' kept, sorted by notebook; under an exclusive lock of
+    ``<path>.lock`` (array tasks finish concurrently), replaced atomically."""
+    import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(SUMMARY_COLUMNS)
-        for r in results:
-            counts = [""] * (len(VERDICTS) + 1) if r.verdicts is None else [
-                *(r.verdicts[v] for v in VERDICTS), sum(r.verdicts.values())]
-            writer.writerow(
-                (
-                    r.name,
-                    r.status,
-                    "" if r.minutes is None else f"{r.minutes:.2f}",
-                    *counts,
-                    "" if r.executed is None else r.executed,
-                )
-            )
-    tmp.replace(path)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = [[row.get(h, "") for h in header] for row in csv_rows(path) if row.get(header[0]) not in set(names)]
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(header)
+            writer.writerows(sorted([*kept, *map(list, rows)], key=lambda row: str(row[0])))
+        tmp.replace(path)
 
 
 def list_plans(profile: Profile, plans: Sequence[Plan]) -> None:
@@ -735,7 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--jobs", "-j", type=int, default=1, metavar="N",
-        help="execute up to N notebooks at once (each in its own kernel unless --share-kernels); default 1",
+        help="execute up to N notebooks at once (each in its own kernel unless --share-kernels); default 1. "
+        "Refused above 1 when the notebooks run on GPUs (they would share them), except with --dry-run",
     )
     parser.add_argument(
         "--share-kernels", action="store_true",
@@ -777,6 +845,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(reproduce/expected/PROFILE.csv) from the claims tables under FIGURES; verdicts unchanged",
     )
     parser.add_argument(
+        "--prepare-data", action="store_true",
+        help="execute nothing: check the release files of every file-based dataset the selected notebooks "
+        "name under the profile (CIFAR-10/100, MNIST, ImageNet; MD5s or counts, `python -m distsgd data "
+        "check`) and say where to put those missing; exit 1 unless all are in place. A profile with "
+        "release_data: true (full) runs this before any notebook and refuses to start without them",
+    )
+    parser.add_argument(
+        "--download", action="store_true",
+        help="with --prepare-data: fetch a missing CIFAR or MNIST with torchvision (needs the internet)",
+    )
+    parser.add_argument(
         "--list", action="store_true",
         help="print the notebooks and the parameters each gets under the profile; run nothing",
     )
@@ -796,7 +875,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--figures-dir", type=Path, default=None, metavar="DIR",
         help="figures root (FIGURES) given to the kernels as DISTSGD_FIGURES; claims are read "
-        "from FIGURES/<NAME>/claims.csv (default: $DISTSGD_FIGURES, else <repo>/figures)",
+        "from FIGURES/<NAME>/claims.csv (default: $DISTSGD_FIGURES, else <repo>/figures for the quick "
+        "profile, <repo>/figures/<profile> for any other)",
     )
     parser.add_argument(
         "--kernel", default="python3", metavar="NAME",
@@ -812,18 +892,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    """(OUT, FIGURES) as absolute paths, following the --dry-run defaults."""
+    """(OUT, FIGURES) as absolute paths: --out, else reproduce/runs/<profile>[-dry-run]; --figures-dir,
+    else $DISTSGD_FIGURES, else OUT/figures for a dry run, else `distsgd.paths.figures_root` of the
+    profile (<repo>/figures for quick, <repo>/figures/<profile> for any other)."""
     suffix = "-dry-run" if args.dry_run else ""
     out = (args.out or DEFAULT_RUNS_DIR / f"{args.profile}{suffix}").resolve()
     if args.figures_dir is not None:
         figures = args.figures_dir
-    elif os.environ.get("DISTSGD_FIGURES"):
-        figures = Path(os.environ["DISTSGD_FIGURES"])
-    elif args.dry_run:
+    elif args.dry_run and not os.environ.get("DISTSGD_FIGURES"):
         figures = out / "figures"
     else:
-        figures = DEFAULT_FIGURES_DIR
+        sys.path.insert(0, str(REPO_ROOT / "lib"))
+        from distsgd.paths import figures_root
+
+        figures = figures_root(args.profile)
     return out, figures.resolve()
+
+
+def uses_gpus(plan: Plan) -> bool:
+    """Whether `plan`'s runs take GPUs: its backend (the profile's, else the notebook's default) is
+    nccl, or auto on a machine where torch sees a GPU. A notebook without a backend parameter: no."""
+    if "backend" in plan.parameters:
+        backend = plan.parameters["backend"]
+    elif "backend" in plan.declared:
+        backend = str(plan.declared["backend"]["default"]).strip("'\"")
+    else:
+        return False
+    return backend == "nccl" or (backend == "auto" and gpu_available())
+
+
+def check_jobs(plans: Sequence[Plan], jobs: int, dry_run: bool) -> None:
+    """UsageError where ``--jobs`` > 1 would put two notebooks on the same GPUs: every notebook's runs
+    take the GPUs from the first (one rank per GPU), so two at a time share them and each one's times
+    are the other's too. A dry run (nothing timed or decided) may share them."""
+    on_gpus = [p.name for p in plans if not p.problems and uses_gpus(p)]
+    if jobs > 1 and not dry_run and on_gpus:
+        raise UsageError(
+            f"--jobs {jobs}: {', '.join(on_gpus)} run on GPUs (backend nccl, or auto with a GPU present), "
+            f"and notebooks run at the same time would share them. Use --jobs 1, or one notebook per job "
+            f"(reproduce/slurm/papermill.sbatch is an array job: one notebook per task, each on its own "
+            f"allocation)")
 
 
 def check_kernel(name: str) -> None:
@@ -912,8 +1020,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         list_plans(profile, plans)
         return 1 if any(p.problems for p in plans) else 0
+    if args.download and not args.prepare_data:
+        say("error: --download goes with --prepare-data", file=sys.stderr)
+        return 2
+    if args.prepare_data:
+        bad = check_release_data(profile, plans, args.download)
+        say(f"{len(bad)} dataset(s) not in place" if bad else "every dataset in place")
+        return 1 if bad else 0
 
     out_dir, figures_dir = resolve_dirs(args)
+    try:
+        check_jobs(plans, args.jobs, args.dry_run)
+    except UsageError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.report_only:
         try:
             write_report(figures_dir, out_dir, profile.name, names, args.update_readme, args.update_ledger)
@@ -926,6 +1046,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return 2
+    if profile.release_data and not args.dry_run:
+        from distsgd.data.release import RELEASE_ENV
+
+        bad = check_release_data(profile, plans)
+        if bad:
+            say(f"error: profile {profile.name} runs on the datasets' release files (release_data: true), and "
+                f"{len(bad)} is not in place:\n  " + "\n  ".join(bad) + f"\nPrepare them on this node first: "
+                f"python reproduce/run.py --profile {profile.name} --prepare-data [--download]", file=sys.stderr)
+            return 2
+        os.environ[RELEASE_ENV] = "1"         # the kernels' runs refuse a stand-in (distsgd.data.release)
     kernel_environment(profile.name, figures_dir)
     if overrides and not args.dry_run:        # other tests than the profile's: their own registrations
         os.environ.setdefault("DISTSGD_REGISTERED", str(out_dir / "registered"))
@@ -948,13 +1078,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_summary(results, summary_csv)
     differences = ledger_differences(figures_dir, profile.name, [r.name for r in results if r.verdicts is not None],
                                      out_dir / "ledger_differences.csv")
-    write_report(figures_dir, out_dir, profile.name, [r.name for r in results if r.verdicts is not None],
-                 args.update_readme)
+    # the report of every notebook summary.csv holds with claims: this run's and earlier ones' (array tasks)
+    reported = [row["notebook"] for row in csv_rows(summary_csv) if row["claims_total"]]
+    write_report(figures_dir, out_dir, profile.name, reported, args.update_readme)
     say("")
     say(summary_table(results))
     if differences:
+        first = sum(d[2] == "not yet run" for d in differences)
         say(f"\n{len(differences)} verdict(s) differ from the ledger reproduce/expected/{profile.name}.csv "
-            f"({out_dir / 'ledger_differences.csv'}):")
+            f"({out_dir / 'ledger_differences.csv'})"
+            + (f"; {first} against rows 'not yet run' (reported, failing no notebook)" if first else "") + ":")
         say(format_table([("notebook", "claim", "ledger", "this run"), *differences]))
     failed = [r.name for r in results if not r.ok]
     say(f"\nsummary: {summary_csv}")
@@ -967,26 +1100,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def ledger_differences(figures_dir: Path, profile: str, names: Sequence[str], path: Path) -> list[tuple[str, ...]]:
     """(notebook, claim, ledger's verdict, this run's verdict) for every claim of these notebooks'
-    claims tables whose verdict is not the ledger's (a claim missing on either side counts), written
-    to `path`; none where the profile has no ledger."""
+    claims tables whose verdict is not the ledger's (`distsgd.verdicts.claims.ledger_differences`: a
+    claim missing on either side counts; a row "not yet run" is listed, and fails no notebook), merged
+    into `path` (the rows of other notebooks kept, `merge_rows`); none where the profile has no ledger."""
+    import pandas as pd
+
     sys.path.insert(0, str(REPO_ROOT / "lib"))
-    from distsgd.verdicts.claims import load_ledger
+    from distsgd.verdicts.claims import ledger_differences as differences, load_ledger
 
     ledger = load_ledger(profile)
     if ledger is None:
         return []
     rows = []
     for name in names:
-        table = csv_rows(figures_dir / name / "claims.csv")
-        expected = {r["id"]: r["verdict"] for r in ledger[ledger.notebook == name].to_dict("records")}
-        for r in table:
-            want = expected.pop(r["id"], "(not in the ledger)")
-            if r["verdict"] not in want.split("|"):
-                rows.append((name, r["id"], want, r["verdict"]))
-        rows += [(name, i, v, "(not in this run)") for i, v in expected.items()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        csv.writer(fh).writerows([("notebook", "claim", "ledger", "this_run"), *rows])
+        table = pd.DataFrame(csv_rows(figures_dir / name / "claims.csv"), columns=["id", "verdict"])
+        rows += [(name, d.id, d.ledger, d.run) for d in differences(name, table, ledger)]
+    merge_rows(path, ("notebook", "claim", "ledger", "this_run"), names, rows)
     return rows
 
 

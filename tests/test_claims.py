@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from distsgd.verdicts import registration
-from distsgd.verdicts.claims import (CONTRADICTED, FORMS, INCONCLUSIVE, REGISTERED_ENV, REPRODUCED, Claims,
+from distsgd.verdicts.claims import (CONTRADICTED, FORMS, INCONCLUSIVE, NOT_YET_RUN, REGISTERED_ENV, REPRODUCED, Claims,
                                      RegistrationError, Test, registration_folder, interval_or_nan, ledger_mismatches,
                                      load_ledger, median_interval, paired_accuracy_interval,
                                      paired_accuracy_resolution, paired_interval, welch_interval)
@@ -141,6 +141,33 @@ def test_check_fails_on_missing_rows_undecided_claims_and_broken_invariants() ->
     text = str(err.value)
     assert "invariant 'identical trajectory' does not hold" in text and "bytes ratio" not in text
     assert "claim 'better' was registered but never decided" in text
+
+
+def test_a_not_yet_run_row_is_reported_and_never_failed(capsys, tmp_path, monkeypatch) -> None:
+    """The full profile's ledger reads "not yet run" until its deciding runs are made: a verdict (or a
+    missing claim) against such a row is printed by `check`, and no mismatch; a real row still fails."""
+    decided().check(ledger(**{**EXPECTED, "fast": NOT_YET_RUN, "gone": NOT_YET_RUN}))
+    assert ("2 ledger row(s) read 'not yet run' (reported, not asserted), this run: fast reproduced, "
+            "gone (not in this run)") in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="claim 'better': verdict contradicted, ledger expects reproduced"):
+        decided().check(ledger(**{**EXPECTED, "fast": NOT_YET_RUN, "better": REPRODUCED}))
+    path = tmp_path / "expected.csv"                      # a ledger row reads it alone, never among alternatives
+    monkeypatch.setattr("distsgd.verdicts.claims.ledger_path", lambda profile: path)
+    ledger(fast=NOT_YET_RUN).to_csv(path, index=False)
+    assert list(load_ledger("any").verdict) == [NOT_YET_RUN]
+    ledger(fast=f"{REPRODUCED}|{NOT_YET_RUN}").to_csv(path, index=False)
+    with pytest.raises(ValueError, match="not one of"):
+        load_ledger("any")
+
+
+def test_the_committed_full_ledger_lists_every_notebook_not_yet_run() -> None:
+    full = load_ledger("full")
+    assert full is not None, "reproduce/expected/full.csv is missing"
+    assert list(full.columns) == list(load_ledger("quick").columns)
+    assert not full.duplicated(["notebook", "id"]).any()
+    assert set(full.verdict) == {NOT_YET_RUN}
+    notebooks = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(set(full.notebook)) == notebooks
 
 
 def test_the_committed_ledger_is_well_formed() -> None:

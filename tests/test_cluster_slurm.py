@@ -7,11 +7,12 @@ slurmctld and slurmd, and stops what it started when the module's tests are done
 the one in ../shared/ENVIRONMENT.md. Skips with the reason when not root or without apt-get.
 
 Then, as a user would (docs/clusters.md, "On a cluster"):
-- ``PROFILE=quick ONLY=00 sbatch reproduce/slurm/papermill.sbatch --dry-run``: the executed
-  notebook, its figures, claims table and summary.csv must exist and every cell must have run
+- ``PROFILE=quick sbatch --array=0 reproduce/slurm/papermill.sbatch --dry-run`` (array task 0:
+  notebook 00): the executed notebook, its figures, claims table and summary.csv must exist and
+  every cell must have run
   (a dry run: 2 steps a run, nothing timed, so this suite runs beside the others; notebook 00's
   timed verdicts are nbval's, in the notebooks-timed suite);
-- ``BACKEND=gloo GPUS_PER_NODE=2 sbatch --gpus-per-node=0 reproduce/slurm/train.sbatch ...``:
+- ``BACKEND=gloo GPUS_PER_NODE=2 sbatch reproduce/slurm/train.sbatch ...``:
   srun starts torchrun, which starts 2 ranks; the run's summary must say 2 ranks;
 - the same template sent the time-limit warning (SIGUSR1 to the batch shell, as
   ``--signal=B:USR1@120`` sends it): the ranks save a checkpoint and stop, the job requeues
@@ -184,11 +185,14 @@ def sbatch(env: dict[str, str], log: Path, *args: str) -> str:
 
 
 def test_papermill_template_runs_notebook_00(slurm, tmp_path) -> None:
-    env = {**slurm, "PROFILE": "quick", "ONLY": "00"}
+    env = {**slurm, "PROFILE": "quick"}
     env.pop("DISTSGD_RESULTS", None)      # a dry run keeps its runs under --out
     runs, figures = tmp_path / "runs", tmp_path / "figures"
-    log = sbatch(env, tmp_path / "papermill.out", "reproduce/slurm/papermill.sbatch",
+    # this node's cores and memory, not the template's (a GPU node's)
+    log = sbatch(env, tmp_path / "papermill.out", "--array=0", "--cpus-per-task=1", "--mem=500M",
+                 "reproduce/slurm/papermill.sbatch",
                  "--out", str(runs), "--figures-dir", str(figures), "--dry-run")
+    assert "(array task 0)" in log and "only 00" in log, log
     assert "profile quick" in log and "dry run" in log and "all 1 notebook(s) ran" in log, log
     assert list((runs / "results").iterdir()), "the dry run's runs are not under --out"
     executed = runs / "00_baselines.ipynb"
@@ -204,10 +208,10 @@ def test_papermill_template_runs_notebook_00(slurm, tmp_path) -> None:
 
 
 def test_train_template_two_ranks(slurm, tmp_path) -> None:
-    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2"}
+    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2", "LOG_DIR": str(tmp_path / "ranks")}
     out = tmp_path / "train"
-    log = sbatch(env, tmp_path / "train.out", "--nodes=1", "--gpus-per-node=0",
-                 "--cpus-per-task=1", "reproduce/slurm/train.sbatch",
+    log = sbatch(env, tmp_path / "train.out", "--nodes=1", "--cpus-per-task=1", "--mem=500M",
+                 "reproduce/slurm/train.sbatch",
                  "--algo", "ssgd", "--model", "mlp", "--data", "digits", "--steps", "20",
                  "--eval-every", "10", "--no-progress", "--out", str(out))
     assert "1 node(s) x 2 rank(s), backend gloo" in log, log
@@ -215,6 +219,7 @@ def test_train_template_two_ranks(slurm, tmp_path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["nproc"] == 2 and summary["steps"] == 20
     assert summary["collectives"] > 0
+    assert len(list((tmp_path / "ranks").rglob("stderr.log"))) == 2, "each rank's output in a file of its own"
 
 
 def test_plain_srun_two_tasks(slurm, tmp_path) -> None:
@@ -237,10 +242,10 @@ def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_pa
     """The signal `--signal=B:USR1@120` sends before the time limit, sent now (`scancel --signal
     USR1 --batch`): the ranks save a checkpoint and stop, the script requeues the job, and the
     job's second start resumes from that checkpoint and finishes the run."""
-    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2"}
+    env = {**slurm, "BACKEND": "gloo", "GPUS_PER_NODE": "2", "LOG_DIR": str(tmp_path / "ranks")}
     out, log = tmp_path / "requeue", tmp_path / "requeue.out"
-    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--nodes=1", "--gpus-per-node=0",
-                          "--cpus-per-task=1", "reproduce/slurm/train.sbatch", "--algo", "ssgd",
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--nodes=1", "--cpus-per-task=1",
+                          "--mem=500M", "reproduce/slurm/train.sbatch", "--algo", "ssgd",
                           "--model", "mlp", "--data", "digits", "--steps", "60", "--log-every", "2",
                           "--eval-every", "0", "--checkpoint-every", "50", "--net", "10Mbit,1ms",
                           "--no-progress", "--out", str(out)],

@@ -160,3 +160,34 @@ def test_ledger_holds_one_model_all_reduce_per_period_and_ranks_agree():
 def test_bad_cocod_params(params):
     with pytest.raises(ConfigError, match="params"):
         distsgd.Config(algo="cocod_sgd", params=params, nproc=2).validate()
+
+
+@pytest.mark.parametrize("params,slept", [({"speeds": [1, 0.5]}, "measured"),
+                                          ({"speeds": [1, 0.25], "sample_ms": 10.0}, 4 * 10.0 * 8 / 1e3)])
+def test_slow_rank_times_its_compute_on_the_device(monkeypatch, params, slept):
+    """The slow rank's emulated compute: the device is synchronised (`device_sync.synchronize`, a no-op
+    on the CPU) before the compute is timed and before the sleep, since on a GPU the host only queued
+    forward and backward. The sleep is (1/s - 1) x the measured compute, or b x sample_ms / s."""
+    from distsgd.algorithms import create
+    from distsgd.comm import Comm
+    from distsgd.training.config import Config
+
+    import itertools
+    from types import SimpleNamespace
+
+    synced, sleeps = [], []
+    clock = itertools.cycle([10.0, 10.2])               # forward + backward take 0.2 s
+    monkeypatch.setattr("distsgd.algorithms.cocod_sgd.synchronize", lambda device: synced.append(device.type))
+    monkeypatch.setattr("distsgd.algorithms.cocod_sgd.time", SimpleNamespace(perf_counter=lambda: next(clock),
+                                                                             sleep=sleeps.append))
+    for device in ("cuda:0", "cpu"):
+        model = _toy_model()
+        algo = create("cocod_sgd", {"period": PERIOD, **params})
+        algo.setup(model, torch.optim.SGD(model.parameters(), lr=LR), Comm(1, 2, torch.device(device)),
+                   Config(algo="cocod_sgd", nproc=2, batch_size=8).facts())
+        algo.before_forward(0)
+        algo.after_backward(0)
+    expected = 1 / params["speeds"][1] - 1
+    assert sleeps == [pytest.approx(expected * 0.2 if slept == "measured" else slept)] * 2
+    # each device synchronised before forward (the measured form) and after backward; on the CPU a no-op
+    assert synced == [d for d in ("cuda", "cpu") for _ in range(2 if slept == "measured" else 1)]

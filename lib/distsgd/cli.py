@@ -1,14 +1,15 @@
-"""Command line: `python -m distsgd {train,list,show,results,bench,profile,simulate,worker}`.
+"""Command line: `python -m distsgd {train,list,show,results,data,bench,profile,simulate,worker}`.
 
-This module only dispatches: the commands of runs are `run_commands`'s, those of the systems side
-(benchmarks, profiles, the simulator) `systems_commands`'s; each adds its parsers and returns its
-handlers. Errors a user can act on end the process with a message and status 2 (bad input) or 1
+This module only dispatches: the commands of runs are `run_commands`'s, the datasets' release files
+`data_commands`'s, those of the systems side (benchmarks, profiles, the simulator)
+`systems_commands`'s; each adds its parsers and returns its handlers. Errors a user can act on end the process with a message and status 2 (bad input) or 1
 (a rank failed)."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from .data import commands as data_commands
 from .training import commands as run_commands
 from .systems import commands as systems_commands
 from .errors import ConfigError, WorkerError
@@ -19,6 +20,8 @@ EXAMPLES = """examples:
   python -m distsgd train --algo ddp --partition dirichlet:0.3 --out /tmp/runs
   torchrun --nproc-per-node 8 -m distsgd train --launcher env --backend nccl --model resnet18 --data cifar10
   python -m distsgd list
+  python -m distsgd data check                   # CIFAR-10/100, MNIST, ImageNet: release files in place?
+  python -m distsgd data prepare cifar10 mnist --download
   python -m distsgd results results/ --csv runs.csv
   python -m distsgd profile --model resnet18 --batch-size 16 --threads 1 --out resnet18.csv
   python -m distsgd profile --model resnet50 --batch-size 64 --input-shape 3x224x224 --project V100-fp32
@@ -36,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="distsgd: communication-efficient distributed training over torch.distributed.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, handler in {**run_commands.register(sub), **systems_commands.register(sub)}.items():
+    for name, handler in {**run_commands.register(sub), **data_commands.register(sub),
+                          **systems_commands.register(sub)}.items():
         sub.choices[name].set_defaults(handler=handler)
     return parser
 

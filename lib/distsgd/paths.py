@@ -20,10 +20,26 @@ def results_root() -> Path:
     return Path(env) if env else repo_root() / "results"
 
 
-def figures_dir(notebook: str) -> Path:
-    """Figures of one notebook: $DISTSGD_FIGURES/<notebook>, else <repo>/figures/<notebook>."""
+QUICK_PROFILE = "quick"          # the profile whose figures and claims are committed in <repo>/figures
+PROFILE_ENV = "DISTSGD_PROFILE"  # the profile a notebook runs under (set by reproduce/run.py)
+
+
+def figures_root(profile: str | None = None) -> Path:
+    """Where the notebooks' figures and claims tables go: $DISTSGD_FIGURES, else <repo>/figures for
+    the quick profile (the committed results) and <repo>/figures/<profile> for any other, so that a
+    run of another profile never writes over the committed quick ones. `profile` defaults to
+    $DISTSGD_PROFILE, else quick."""
     env = os.environ.get("DISTSGD_FIGURES")
-    d = (Path(env) if env else repo_root() / "figures") / notebook
+    if env:
+        return Path(env)
+    profile = profile or os.environ.get(PROFILE_ENV) or QUICK_PROFILE
+    root = repo_root() / "figures"
+    return root if profile == QUICK_PROFILE else root / profile
+
+
+def figures_dir(notebook: str) -> Path:
+    """Figures of one notebook: `figures_root()`/<notebook>, created if missing."""
+    d = figures_root() / notebook
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -27,7 +27,9 @@ the average is weighted, w_i = b_i / sum_j b_j; without them w_i = 1/p (an 'avg'
 paper's): rank i sleeps after backward for (1/speeds[i] - 1) times its measured forward+backward
 time, or, with `sample_ms` > 0, for b_i * sample_ms / speeds[i] milliseconds: an emulated compute
 cost proportional to the batch size (a small model's measured time barely grows with the batch, so
-proportional batches could not balance it).
+proportional batches could not balance it). On a GPU both forms wait for the device first
+(`comm.device_sync.synchronize`): the compute time is what forward and backward took there, not the
+host's time to queue them, and the sleep follows the real backward instead of overlapping it.
 
 Momentum buffers stay local. Floating-point buffers (BatchNorm statistics) travel with the
 parameters in the same flat all-reduce. `finalize()` waits for the in-flight all-reduce,
@@ -42,6 +44,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError
+from ..comm.device_sync import synchronize
 from .base import Algorithm, Param, RunFacts
 from .flat import averaged_tensors, flatten, unflatten_into
 from .inflight import InFlight
@@ -122,9 +125,13 @@ class CoCoDSGD(Algorithm):
 
     # ------------------------------------------------------------------ emulated speed
     def before_forward(self, step: int) -> None:
-        self.t_compute = time.perf_counter()
+        if self.slowdown and not self.sleep_s:  # the measured-time form: time this step's compute alone
+            synchronize(self.comm.device)
+            self.t_compute = time.perf_counter()
 
     def after_backward(self, step: int) -> None:
+        if self.sleep_s or self.slowdown:
+            synchronize(self.comm.device)       # the backward queued on a GPU has run
         if self.sleep_s:
             time.sleep(self.sleep_s)
         elif self.slowdown:

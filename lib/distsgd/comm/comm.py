@@ -10,6 +10,14 @@ The real collective still runs and moves the real data; `Handle.wait()` returns 
 overlapping collectives do not both get the full bandwidth. Because the delay is measured from
 issue time, computation done between issuing and waiting overlaps with the modeled transfer in
 real wall-clock time.
+
+On a GPU (NCCL) the host runs ahead of the device, so with a network model the times are the
+device's (`device_sync`): the issue time is read once the device has reached the issue point (its
+queued compute done), and `wait()` returns once the collective has completed on the device and
+`ready_at` has passed. An emulated transfer thus starts when the data is ready and ends no earlier
+than the data arrived, instead of being timed from the host's early issue and hidden behind queued
+GPU work. Without a network model nothing is synchronised (a real interconnect's overlap is left
+as NCCL makes it); on the CPU (gloo) a collective has run when its call returns, and nothing changes.
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from . import teardown
+from . import device_sync, teardown
 from .ledger import Entry, Ledger
 from .netmodel import NetModel, bytes_sent
 from .ring import FutureWork, RingReducer
@@ -98,6 +106,8 @@ class Handle:
             return
         t0 = time.perf_counter()
         self._work.wait()
+        if self._comm.net is not None:          # on a GPU: until the data is there, not the host's wait
+            device_sync.wait_arrived(self._work, self._comm.device)
         remaining = self.entry.t_ready - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
@@ -268,7 +278,9 @@ class Comm:
     def _future(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
                 result: torch.Tensor, launch: Callable[[], "dist.Work"]) -> torch.futures.Future:
         """Issue a collective and return a Future of `result` that completes no earlier than the
-        modeled time (after `post`), so DDP's overlap is measured against the emulated network."""
+        modeled time (after `post`), so DDP's overlap is measured against the emulated network. With a
+        network model, a thread waits for the collective on the device (`device_sync.wait_arrived`) and
+        then for the modeled time; without, the Future completes with the collective's."""
         entry = self._record(kind, tensor, g)
         work = launch()
         out: torch.futures.Future = torch.futures.Future()
@@ -279,15 +291,19 @@ class Comm:
             entry.t_done = time.perf_counter()
             out.set_result(result)
 
+        def finish_when_ready() -> None:
+            device_sync.wait_arrived(work, self.device)
+            time.sleep(max(0.0, entry.t_ready - time.perf_counter()))
+            finish()
+
         def on_done(fut: torch.futures.Future) -> None:
             try:
                 fut.value()
             except Exception as exc:  # propagate a failed collective to DDP
                 out.set_exception(exc)
                 return
-            delay = entry.t_ready - time.perf_counter()
-            if delay > 0:
-                threading.Timer(delay, finish).start()
+            if self.net is not None:
+                threading.Thread(target=finish_when_ready, daemon=True).start()
             else:
                 finish()
 
@@ -366,6 +382,8 @@ class Comm:
 
     def _record(self, kind: str, tensor: torch.Tensor, g: Group) -> Entry:
         nbytes = tensor.numel() * tensor.element_size()
+        if self.net is not None:                # on a GPU: the issue time is when the device gets here
+            device_sync.synchronize(self.device)
         now = time.perf_counter()
         modeled = self.net.cost(kind, nbytes, g.size) if self.net else 0.0
         with self._lock:

@@ -20,7 +20,7 @@ class Entry:
     nbytes: int           # size of the tensor the collective is defined on
     sent: int             # bytes this rank sends (netmodel.bytes_sent)
     group_size: int
-    t_issue: float        # perf_counter() when issued
+    t_issue: float        # perf_counter() when issued (a GPU with a network model: when the device got there)
     modeled_s: float      # emulated network cost (0 without emulation)
     t_ready: float        # issue time + queueing + modeled cost: completion is not reported before
     t_done: float = 0.0   # when wait() returned

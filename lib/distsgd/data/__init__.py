@@ -19,7 +19,9 @@ Datasets and their options:
 - ``imagenet``: train/ and val/ image folders. Options image_size, num_workers.
 
 File-based datasets (MNIST, CIFAR, ImageNet) read from `root`, by default ``paths.data_root()/<name>``;
-only CIFAR can be downloaded (`download=True`). Neither applies to the other datasets.
+only CIFAR can be downloaded at load time (`download=True`). Neither applies to the other datasets.
+`distsgd.data.release` verifies the release files of each (``python -m distsgd data check``) and
+fetches CIFAR and MNIST when asked (``python -m distsgd data prepare --download``).
 
 `check_options` validates a dataset name, and a synthetic problem's options, in
 `Config.validate`; `check_available` checks every dataset's options and files in the pre-flight
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -39,6 +42,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..paths import data_root
+from . import release
 from .base import DataSource, TensorSource
 from .partition import PARTITIONS, parse_partition, partition
 
@@ -147,9 +151,14 @@ def check_available(name: str, options: dict[str, Any]) -> Tensor | None:
     ``data`` or ``data_options.root``, with the path searched and what was expected there; a
     file-based dataset's module checks that in its `check`, which takes its loader's arguments).
 
+    With ``$DISTSGD_RELEASE_DATA=1`` (a profile that needs the papers' data) a file-based dataset
+    must also be its release: a stand-in or a fallback is refused (`release.require_release`).
+
     Returns the training labels of an in-memory dataset (built in milliseconds), None for a
     file-based one (its labels are read with its images)."""
     _check_option_names(name, options)
+    if os.environ.get(release.RELEASE_ENV) == "1":
+        release.require_release(name, options)
     if "root" not in inspect.signature(_loader(name)).parameters:
         return load_data(name, **options).train_labels
     check = importlib.import_module(loader_module(name)).check

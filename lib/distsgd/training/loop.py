@@ -25,6 +25,7 @@ from .. import files
 from ..algorithms import REGISTRY
 from ..algorithms.flat import average_swapped_in, averaged_tensors
 from ..comm import Comm
+from ..comm.device_sync import synchronize
 from .config import Config
 from ..data import DataSource, load_data, partition
 from .divergence import DivergenceCheck, NonFinite
@@ -171,12 +172,13 @@ class Trainer:
             self.window_n += 1
             done = step + 1
             if done % c.log_every == 0 or done == c.steps:
+                train_loss = (self.window / self.window_n).item()   # waits for the device: wall_s is what it did
                 row = {"step": done,
                        "epoch": done * self.algo.batch_size() / len(self.shard),
                        "samples": done * self.algo.batch_size(),      # this rank's; summed on merge
                        "wall_s": time.perf_counter() - t0 - self.eval_s,
                        **comm.ledger.totals(),
-                       "train_loss": (self.window / self.window_n).item(),
+                       "train_loss": train_loss,
                        "test_loss": float("nan"), "test_acc": float("nan"),
                        "lr": lr, **self.algo.metrics()}
                 if c.eval_train and c.eval_every:        # a column of every row, NaN between evaluations
@@ -211,6 +213,7 @@ class Trainer:
         if not divergence.stopped:          # a diverged model is evaluated as it is
             self.algo.finalize()
             comm.assert_drained()
+        synchronize(self.device)            # a GPU's queued work is part of the training time
         train_s = time.perf_counter() - t0 - self.eval_s
         progress.close()
         final, test_correct = self.final_metrics(train_s)
