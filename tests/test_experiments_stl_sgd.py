@@ -31,12 +31,12 @@ def fake_run(steps: list[int], objective: list[float], reductions: list[float], 
 
 def test_registration_at_the_quick_profile_is_the_committed_one() -> None:
     claims = Claims("04_stl_sgd")
-    st.register_claims(claims, 8, 3, st.stage_ends(480, 32), [1, 2, 4], 4)
+    st.register_claims(claims, 8, 3, st.stage_ends(992, 32), [1, 2, 4], 4)
     committed = json.loads((REGISTERED / "04_stl_sgd.json").read_text())
     tests = {id: {f: t[f] for f in ("claim", "paper", "form", "quantity", "side", "threshold", "source", "statistic")}
              for id, t in committed["tests"].items()}
     assert claims.registered_tests() == tests
-    assert committed["design"]["seeds"] == [0, 1, 2] and committed["design"]["steps"] == 480
+    assert committed["design"]["seeds"] == [0, 1, 2] and committed["design"]["steps"] == 992
     assert [st.split_key(s) for s, _, _ in st.SPLITS] == ["iid", "noniid"]
 
 
