@@ -46,6 +46,16 @@ def test_full_profile_dry_run_executes(tmp_path) -> None:
         rows = list(csv.DictReader(f))
     assert len(NOTEBOOKS) == 11 and sorted(r["notebook"] for r in rows) == NOTEBOOKS
     assert all(r["status"] == "ok" for r in rows), rows
+    # every claim of the full profile has its row in reproduce/expected/full.csv, and every row its claim
+    import pandas as pd
+
+    from distsgd.verdicts.claims import NOT_IN_LEDGER, NOT_IN_RUN, ledger_differences, load_ledger
+
+    unmatched = [f"{nb} {d.id}: {'no row in expected/full.csv' if d.ledger == NOT_IN_LEDGER else 'no such claim'}"
+                 for nb in NOTEBOOKS for d in ledger_differences(nb, pd.read_csv(out / "figures" / nb / "claims.csv"),
+                                                                 load_ledger("full"))
+                 if d.ledger == NOT_IN_LEDGER or d.run == NOT_IN_RUN]
+    assert not unmatched, "\n".join(unmatched)
     data = out / "data"                               # the stand-ins, in the release layouts
     assert (data / "mnist/MNIST/raw/train-images-idx3-ubyte.gz").is_file()
     assert (data / "mnist/MNIST/raw/t10k-images-idx3-ubyte").is_file()
