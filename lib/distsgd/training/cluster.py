@@ -20,6 +20,7 @@ NCCL_DEBUG=WARN.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -117,3 +118,12 @@ def launch_env(p: Placement, backend: str) -> dict[str, str]:
     if backend == "nccl":
         env.update(NCCL_ENV)
     return env
+
+
+def adopt_slurm_env(backend: str) -> None:
+    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
+    SLURM's (`from_slurm`, `launch_env`), so that a rank finds its place; nothing elsewhere."""
+    if "RANK" not in os.environ:
+        placement = from_slurm(os.environ)
+        if placement is not None:
+            os.environ.update(launch_env(placement, backend))
