@@ -168,3 +168,15 @@ def test_the_stop_file_asks_every_rank_to_stop(tmp_path, monkeypatch):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def test_distsgd_run_refuses_a_run_too_large_for_this_hosts_gpus_before_any_rank(tmp_path, monkeypatch):
+    """Device "auto" on a host of 2 GPUs: 4 NCCL ranks are refused before any directory or rank."""
+    import distsgd
+    from distsgd.training import allocation
+
+    monkeypatch.setattr(allocation, "local_gpus", lambda: 2)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(ConfigError, match=r"invalid nproc=4; allowed: at most 2 \(4 ranks of one GPU each"):
+        distsgd.run(nproc=4, backend="nccl", steps=2, out=str(tmp_path), progress=False)
+    assert not any(tmp_path.iterdir())
