@@ -61,6 +61,9 @@ fails here. What this machine cannot provide is replaced, and only that:
   validated as the profile asks before it is capped (``Caps.apply``). Set a variable to 0 to
   lift its cap (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
 * ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
+* allocation: the profile is planned for 1 x 8, 2 x 8 and 4 x 4 GPUs (``DRY_RUN_SHAPES``, or the
+  ``--allocation`` shapes given): its allocation-relative counts (``gpus``, ``node``) take the
+  first one's numbers, and a notebook on NCCL must fit each (``fit_problems``);
 * runs go to ``OUT/results`` (``DISTSGD_RESULTS``) unless ``DISTSGD_RESULTS`` is set.
 
 Exit status: 0 when every notebook ran, 1 when any notebook failed (or, with ``--list``, would

@@ -11,7 +11,9 @@ own, which `from_slurm` translates:
     first host of SLURM_JOB_NODELIST ("gpu[01-02]") -> MASTER_ADDR
     29500 + SLURM_JOB_ID mod 1000 -> MASTER_PORT (as reproduce/slurm/train.sbatch)
 
-`launch_env` builds the environment of one rank, including the NCCL settings the project runs
+`adopt_slurm_env` sets them in a rank started by a plain srun (an srun step of
+`distsgd.training.launch.srun`, or ``srun python -m distsgd train --launcher env``). `launch_env`
+builds the environment of one rank, including the NCCL settings the project runs
 with: one process per GPU (rank `local_rank` uses ``cuda:<local_rank>``, which
 `worker.resolve_device` selects with ``torch.cuda.set_device``), TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 (a failed or timed-out collective aborts the communicator and the process instead of hanging;
