@@ -9,7 +9,7 @@ SUITE_JOBS ?= 2
 CONSTRAINTS := constraints.txt
 KERNEL ?= distsgd
 
-.PHONY: venv kernel bytecode test test-unit test-notebooks test-params test-cluster validate reproduce report docs list clean
+.PHONY: venv kernel bytecode test test-unit test-notebooks test-params test-cluster rehearse validate reproduce report docs list clean
 
 # The venv is rebuilt when pyproject.toml (the ranges) or constraints.txt (the exact versions the
 # kit is tested with) changes; pip installs the ranges under the constraints.
@@ -49,6 +49,12 @@ test-params: venv
 # The cluster path (also part of `test`): full-profile dry run, SLURM, torchrun over namespaces.
 test-cluster: venv
 	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
+
+# The multi-node path rehearsed on this machine (root, Linux; 15-30 minutes on 2 cores; not part of `test`): a
+# SLURM cluster of three network-namespace nodes, notebook 01 across them, requeued once mid-run,
+# checked and torn down; its result in reproduce/rehearsal/last_run.csv (reproduce/rehearse.py).
+rehearse: venv bytecode
+	$(PY) reproduce/rehearse.py
 
 # The simulator against measured step times on this machine (every schedule, p = 2 and 4; asserted
 # within 15% at p <= cores): not part of `test`, ~7 minutes of timing that need a quiet machine

@@ -68,6 +68,9 @@ fails here. What this machine cannot provide is replaced, and only that:
   validated as the profile asks before it is capped (``Caps.apply``). Set a variable to 0 to
   lift its cap (ResNet-18 at batch 128 costs ~10-20 s per rank and step on a 2-core machine);
 * ``backend: nccl`` becomes ``gloo`` when torch sees no GPU (shown by ``--list --dry-run``);
+* allocation: the profile is planned for 1 x 8, 2 x 8 and 4 x 4 GPUs (``DRY_RUN_SHAPES``, or the
+  ``--allocation`` shapes given): its allocation-relative counts (``gpus``, ``node``) take the
+  first one's numbers, and a notebook on NCCL must fit each (``fit_problems``);
 * runs go to ``OUT/results`` (``DISTSGD_RESULTS``) unless ``DISTSGD_RESULTS`` is set.
 
 Exit status: 0 when every notebook ran, 1 when any notebook failed (or, with ``--list``, would
@@ -108,6 +111,11 @@ VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.cl
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
 DRY_RUN_CAPS = {"nproc": 2, "batch_size": 2, "eval_samples": 4, "seq_len": 8, "image_side": 16, "depth": 1}
+# the allocations (nodes x GPUs per node) a dry run checks a profile against, the first one executed
+DRY_RUN_SHAPES = ("1x8", "2x8", "4x4")
+# the notebook parameters that count the ranks of runs (one GPU each where the notebook's backend is
+# nccl); others that count workers do not start them (10's cluster_nprocs: a what-if of the simulator)
+RANK_PARAMETERS = ("nproc", "nprocs", "bench_nprocs", "timing_nproc")
 
 _print_lock = threading.Lock()
 
@@ -306,9 +314,12 @@ def split_names(values: Sequence[str] | None) -> list[str]:
 
 
 def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool,
-                  overrides: Mapping[str, Any] | None = None) -> Plan:
+                  overrides: Mapping[str, Any] | None = None, allocations: Sequence[Any] = ()) -> Plan:
     """Merge the profile's parameters for one notebook and check them against its parameters cell;
-    `overrides` (``--set``) go last, to the notebooks whose parameters cell defines them."""
+    `overrides` (``--set``) go last, to the notebooks whose parameters cell defines them. Rank counts
+    written relative to the allocation ('gpus', 'node', 'K*node') become numbers of the first of
+    `allocations` (`distsgd.training.allocation.Allocation`), and a notebook on NCCL (one GPU per
+    rank) must fit every one of them (`fit_problems`)."""
     try:
         declared = papermill.inspect_notebook(str(path))
     except Exception as exc:  # an unreadable notebook fails just this notebook
@@ -328,7 +339,15 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool,
         if parameters.get("backend") == "nccl" and not gpu_available():
             parameters["backend"], sources["backend"] = "gloo", "--dry-run: no GPU, nccl -> gloo"
 
-    problems = []
+    problems = fit_problems(parameters, sources, allocations)
+    if allocations and not problems:
+        from distsgd.training.allocation import resolve_counts
+
+        resolved = resolve_counts(parameters, allocations[0])
+        for key in parameters:
+            if resolved[key] != parameters[key]:
+                sources[key] += f"; {parameters[key]!r} of {allocations[0].describe()}"
+        parameters = resolved
     defined = ", ".join(declared) or "none"
     for key in parameters:
         if key not in declared:
@@ -337,6 +356,44 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool,
                 f"cell of {path.name} (defined: {defined})"
             )
     return Plan(name, path, declared, parameters, sources, problems)
+
+
+def fit_problems(parameters: Mapping[str, Any], sources: Mapping[str, str], allocations: Sequence[Any]) -> list[str]:
+    """Why the parameters of a notebook do not fit each of `allocations`: an allocation-relative count
+    it cannot resolve (no GPU to count), or, for a notebook on NCCL (its backend before a dry run's
+    substitution), a rank count of `RANK_PARAMETERS` larger than an allocation's GPUs (one per
+    rank). Allocations without GPUs are checked for the first only."""
+    from distsgd import ConfigError
+    from distsgd.training.allocation import resolve_counts
+
+    problems = []
+    for allocation in allocations:
+        try:
+            resolved = resolve_counts(parameters, allocation)
+        except ConfigError as exc:
+            problems.append(f"{exc}, on {allocation.describe()}")
+            continue
+        if parameters.get("backend") != "nccl" or allocation.gpus_per_node == 0:
+            continue
+        for key in RANK_PARAMETERS:
+            counts = resolved.get(key, [])
+            for count in counts if isinstance(counts, list) else [counts]:
+                if count > allocation.gpus:
+                    problems.append(f"parameter {key}={parameters[key]!r} (from {sources[key]}) asks for {count} "
+                                    f"GPUs, one per rank; {allocation.describe()} has {allocation.gpus} (write it "
+                                    "relative to the allocation: 'gpus', 'node', 'K*node')")
+    return problems
+
+
+def allocations_of(shapes: Sequence[str], dry_run: bool) -> list[Any]:
+    """The allocations to plan for: the `shapes` given (``--allocation``), else a dry run's
+    `DRY_RUN_SHAPES`, else the SLURM job this runs in or this host (`Allocation.detect`)."""
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.training.allocation import Allocation
+
+    if shapes or dry_run:
+        return [Allocation.parse(shape) for shape in shapes or DRY_RUN_SHAPES]
+    return [Allocation.detect()]
 
 
 def gpu_available() -> bool:
@@ -860,6 +917,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the notebooks and the parameters each gets under the profile; run nothing",
     )
     parser.add_argument(
+        "--allocation", action="append", default=[], metavar="NODESxGPUS",
+        help="plan for this allocation (e.g. 4x4: four nodes of four GPUs) instead of the SLURM job "
+        "this runs in or this host; repeatable: every notebook on NCCL must fit each, the first "
+        "gives 'gpus', 'node' and 'K*node' their numbers. A dry run checks 1x8, 2x8 and 4x4 "
+        "unless given",
+    )
+    parser.add_argument(
         "--notebooks-dir", type=Path, default=DEFAULT_NOTEBOOKS_DIR, metavar="DIR",
         help=f"where the NN_*.ipynb notebooks are (default {DEFAULT_NOTEBOOKS_DIR})",
     )
@@ -1012,7 +1076,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return 2
-    plans = [plan_notebook(n, notebooks[n], profile, args.dry_run, overrides) for n in names]
+    try:
+        allocations = allocations_of(args.allocation, args.dry_run)
+    except ValueError as exc:                  # distsgd.ConfigError: a malformed --allocation
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
+    plans = [plan_notebook(n, notebooks[n], profile, args.dry_run, overrides, allocations) for n in names]
     unused = sorted(set(overrides) - {k for p in plans for k in p.declared})
     if unused:
         say(f"error: --set {', '.join(unused)}: defined by none of {', '.join(names)}", file=sys.stderr)

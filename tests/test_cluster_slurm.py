@@ -238,6 +238,33 @@ def test_plain_srun_two_tasks(slurm, tmp_path) -> None:
     assert summary["nproc"] == 2 and summary["collectives"] > 0
 
 
+def test_a_run_in_a_job_starts_its_ranks_as_an_srun_step(slurm, tmp_path) -> None:
+    """`distsgd.run` inside a batch job with the srun launcher (what a job of several nodes uses by
+    default; asked for here on one node): its ranks are one job step, each rank's output in its own
+    log; a rank that dies fails the run at once, naming it (reproduce/rehearse.py: three nodes)."""
+    out = tmp_path / "step"
+    script = tmp_path / "run.sbatch"
+    script.write_text(f"""#!/usr/bin/env bash
+export DISTSGD_LAUNCHER=srun PYTHONPATH={REPO / 'lib'}
+{sys.executable} - <<'EOF'
+import distsgd
+r = distsgd.run(algo="local_sgd", params={{"period": 2}}, nproc=2, steps=8, eval_every=4, progress=False,
+                out="{out}")                         # ends before the fault's step 9
+print("nproc", r.summary["nproc"], "steps", r.summary["steps"])
+try:
+    distsgd.run(algo="ssgd", nproc=2, steps=400, log_every=5, progress=False, out="{out}")
+except distsgd.WorkerError as e:
+    print("failed rank", e.rank, e.cause.splitlines()[0])
+EOF
+""")
+    env = {**slurm, "DISTSGD_INJECT_FAULT": "1:9:kill"}
+    log = sbatch(env, tmp_path / "step.out", "--nodes=1", "--ntasks=2", "--cpus-per-task=1", str(script))
+    assert "nproc 2 steps 8" in log and "failed rank 1 process on" in log and "Killed" in log, log
+    run = next(d for d in out.iterdir() if d.name.startswith("local_sgd"))
+    assert (run / "ranks" / "srun.log").read_text().startswith("srun --job-name=local_sgd")
+    assert all((run / "ranks" / f"rank{r}.log").exists() for r in (0, 1))
+
+
 def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_path) -> None:
     """The signal `--signal=B:USR1@120` sends before the time limit, sent now (`scancel --signal
     USR1 --batch`): the ranks save a checkpoint and stop, the script requeues the job, and the

@@ -84,3 +84,17 @@ def test_full_profile_runs_the_systems_notebooks_on_gpus_with_the_papers_models(
         assert listed.get("backend") == "'nccl'", (notebook, listed)
         assert listed[model_key] == models and listed[nprocs_key] == "[8]", (notebook, listed)
         assert nets_key is None or "'real'" in listed[nets_key], (notebook, listed)
+
+
+def test_full_profile_is_checked_against_the_allocation_it_is_planned_for() -> None:
+    """Rank counts relative to the allocation take the first allocation's numbers (09's 'gpus': 16
+    on 2 x 8), and a notebook on NCCL whose ranks exceed any allocation's GPUs is refused before it
+    executes, naming both numbers (00's 8 ranks on one node of 4)."""
+    proc = subprocess.run([sys.executable, str(RUN_PY), "--profile", "full", "--list", "--only", "00", "09",
+                           "--allocation", "2x8", "--allocation", "1x4"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [line for line in proc.stdout.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "nproc=8 (from profile full: notebooks.00_baselines) asks for 8 GPUs" in errors[0] \
+        and "1 node x 4 GPUs (shape 1x4) has 4" in errors[0], proc.stdout
+    assert re.search(r"nproc += 16 +\[profile full: notebooks.09_global_reductions; 'gpus' of 2 nodes x 8 GPUs",
+                     proc.stdout), proc.stdout

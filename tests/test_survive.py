@@ -300,6 +300,47 @@ def test_train_sbatch_without_a_signal_exits_with_the_steps_status(tmp_path):
     assert not any("requeue" in c for c in (tmp_path / "calls.log").read_text().splitlines())
 
 
+PAPERMILL_SBATCH = REPO / "reproduce" / "slurm" / "papermill.sbatch"
+
+
+def test_papermill_sbatch_stops_the_runs_on_usr1_and_requeues(tmp_path):
+    """SIGUSR1 to the notebooks' batch script: it creates $DISTSGD_STOP_FILE (every rank of the run
+    in progress saves a checkpoint and stops at its next log step; here a stub run.py that waits for
+    the file), waits for run.py, requeues the job and exits 0; the runs checkpoint by default."""
+    env = _stub_slurm(tmp_path)
+    stop = tmp_path / "stop"
+    run_py = tmp_path / "python"
+    run_py.write_text(f"""#!/usr/bin/env bash
+echo "run.py $* every=$DISTSGD_CHECKPOINT_EVERY" >> {tmp_path}/calls.log
+touch {tmp_path}/started
+while [[ ! -e "$DISTSGD_STOP_FILE" ]]; do sleep 0.05; done
+echo "run.py: stop file" >> {tmp_path}/calls.log
+exit 1
+""")
+    run_py.chmod(0o755)
+    env.update(PYTHON=str(run_py), DISTSGD_STOP_FILE=str(stop), PROFILE="rehearsal", ONLY="01")
+    directives = [line.split(None, 1)[1] for line in PAPERMILL_SBATCH.read_text().splitlines()
+                  if line.startswith("#SBATCH ")]
+    assert "--requeue" in directives and "--open-mode=append" in directives
+    assert "--ntasks=1" not in directives        # would collapse a job of several nodes to one
+    proc = subprocess.Popen(["bash", str(PAPERMILL_SBATCH), "--jobs", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists(), "run.py was not started"
+        proc.send_signal(signal.SIGUSR1)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        _stop_group(proc)
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert proc.returncode == 0, output
+    assert calls == ["run.py reproduce/run.py --profile rehearsal --only 01 --jobs 1 every=250",
+                     "run.py: stop file", "scontrol requeue 77"], calls
+    assert "requeued (run.py ended with status 1)" in output and not stop.exists(), output
+
+
 # ---------------------------------------------------------------------------------- TensorBoard
 @pytest.mark.multiproc
 def test_tensorboard_scalars_are_rank0s_logged_rows(tmp_path, monkeypatch):

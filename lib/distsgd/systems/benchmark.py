@@ -45,7 +45,8 @@ import torch.nn.functional as F
 
 from ..training.caps import Caps
 from ..errors import ConfigError
-from ..training.launch import adopt_slurm_env, on_ranks, on_this_rank
+from ..training.cluster import adopt_slurm_env
+from ..training.launch import on_ranks, on_this_rank
 from ..models.transformer import BERT_VOCAB
 from ..training.step import train_steps
 

@@ -254,7 +254,7 @@ def cmd_bench_schedules(args: argparse.Namespace) -> int:
                          nprocs=[int(p) for p in args.nprocs.split(",")],
                          networks=_bench_networks(args.nets, args.backend), batch_size=args.batch_size,
                          steps=args.steps, warmup=args.warmup, repeats=args.reps, out=args.csv,
-                         backend=args.backend, launcher=detect_launcher(args.launcher))
+                         backend=args.backend, launcher=detect_launcher(args.launcher, spans_nodes=False))
     if len(df):
         print(medians(df).to_string(index=False))
         print(f"wrote {args.csv} (peak resident memory of a rank: {df.peak_rss_mb.max():.0f} MiB)")

@@ -10,23 +10,40 @@ and, once every rank has written its file, rank 0 marks the checkpoint complete 
 ``step-<N>/COMPLETE`` (the step, the config hash and the code version that made it) and
 removes the older ones. A restarted run of the same config (so on as many ranks), by the same
 code version, resumes from the latest complete checkpoint; a half-written one (a rank died while
-saving) is never read. A finished run removes its checkpoints. Files are loaded with
+saving) is never read. A finished run removes its checkpoints. $DISTSGD_CHECKPOINT_EVERY gives
+``checkpoint_every`` to every run of this process that sets none (`with_default_every`): a batch
+job's notebooks checkpoint their runs without a parameter of their own, and a requeued job
+resumes the run it was in (the field is not hashed: the finished runs are reused all the same). Files are loaded with
 ``torch.load(weights_only=True)``: a tampered file that carries a pickled callable is refused
 with `pickle.UnpicklingError` naming it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .config import Config
+from ..errors import ConfigError
 from ..files import load_tensors, save_tensors, write_json_atomic
 from .provenance import code_version
 
 COMPLETE = "COMPLETE"
+EVERY_ENV = "DISTSGD_CHECKPOINT_EVERY"
+
+
+def with_default_every(config: Config, env: Mapping[str, str] = os.environ) -> Config:
+    """`config` with ``checkpoint_every`` from $DISTSGD_CHECKPOINT_EVERY (an integer >= 0, unset
+    or empty: 0) where it sets none; ConfigError naming the variable for another value."""
+    text = env.get(EVERY_ENV) or "0"
+    if not text.isdigit():
+        raise ConfigError(EVERY_ENV, text, "an integer >= 0 (0: no checkpoints)")
+    every = int(text)
+    return dataclasses.replace(config, checkpoint_every=every) if every and not config.checkpoint_every else config
 
 
 def root(run_dir: Path) -> Path:

@@ -11,7 +11,9 @@ own, which `from_slurm` translates:
     first host of SLURM_JOB_NODELIST ("gpu[01-02]") -> MASTER_ADDR
     29500 + SLURM_JOB_ID mod 1000 -> MASTER_PORT (as reproduce/slurm/train.sbatch)
 
-`launch_env` builds the environment of one rank, including the NCCL settings the project runs
+`adopt_slurm_env` sets them in a rank started by a plain srun (an srun step of
+`distsgd.training.launch.srun`, or ``srun python -m distsgd train --launcher env``). `launch_env`
+builds the environment of one rank, including the NCCL settings the project runs
 with: one process per GPU (rank `local_rank` uses ``cuda:<local_rank>``, which
 `worker.resolve_device` selects with ``torch.cuda.set_device``), TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 (a failed or timed-out collective aborts the communicator and the process instead of hanging;
@@ -20,6 +22,7 @@ NCCL_DEBUG=WARN.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -117,3 +120,12 @@ def launch_env(p: Placement, backend: str) -> dict[str, str]:
     if backend == "nccl":
         env.update(NCCL_ENV)
     return env
+
+
+def adopt_slurm_env(backend: str) -> None:
+    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
+    SLURM's (`from_slurm`, `launch_env`), so that a rank finds its place; nothing elsewhere."""
+    if "RANK" not in os.environ:
+        placement = from_slurm(os.environ)
+        if placement is not None:
+            os.environ.update(launch_env(placement, backend))

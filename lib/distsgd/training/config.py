@@ -22,7 +22,7 @@ OPTIMIZERS = ("sgd", "adam")
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step", "multistep", "stagewise")
-LAUNCHERS = ("auto", "spawn", "env")
+LAUNCHERS = ("auto", "spawn", "srun", "env")
 ON_NAN = ("stop", "continue")
 # The algorithms that run the VRL-SGD authors' epoch schedule (warm_start_epochs, epoch_average):
 # the three methods of their experiments. S-SGD accepts both and is unchanged by them (its models
@@ -127,8 +127,10 @@ class Config:
     timeout_s: float = _field(300.0, "seconds a collective may wait for a peer before the run fails",
                               flag="--timeout")
     progress: bool = _field(True, "show a progress bar")
-    launcher: str = _field("auto", "spawn local workers, or 'env': this process is one rank of "
-                                   "torchrun/srun", choices=LAUNCHERS)
+    launcher: str = _field("auto", "spawn: local workers; srun: one SLURM job step across the job's "
+                                   "nodes; env: this process is one rank of torchrun/srun; auto: env under "
+                                   "torchrun/srun, else $DISTSGD_LAUNCHER, else srun in a SLURM job of several "
+                                   "nodes, else spawn (distsgd.training.launch)", choices=LAUNCHERS)
     name: str = _field("", "run name, the start of the run directory's name ('': the algorithm)")
     out: str = _field("", "results directory ('': $DISTSGD_RESULTS or ./results)")
 

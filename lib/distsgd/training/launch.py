@@ -1,6 +1,6 @@
 """Starting and supervising the worker processes of a run.
 
-Two ways, one code path for the workers (`distsgd.training.worker.run_worker`, which reads the
+Three ways, one code path for the workers (`distsgd.training.worker.run_worker`, which reads the
 torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK, and MASTER_ADDR, MASTER_PORT or a
 local rendezvous file):
 
@@ -14,8 +14,24 @@ local rendezvous file):
   from a multiprocessing *forkserver* that has imported torch and the library once (neither
   CUDA nor any thread pool is started there), so a run does not pay torch's import (seconds of
   CPU) per rank; a notebook that starts dozens of runs keeps one forkserver.
+- srun (a notebook's kernel inside a SLURM allocation of several nodes): start the run's ranks
+  as one job step across the allocation's nodes (`srun_command`: on GPUs the fewest nodes that
+  give each rank its own GPU, on CPUs one node per rank up to every node; the head node first),
+  each rank running ``python -m distsgd worker RUN_DIR`` with its place read from SLURM's
+  variables. One rendezvous per run: rank 0's TCP store on the first node at a port free on this
+  host (the head node); gloo's and NCCL's sockets on the interfaces GLOO_SOCKET_IFNAME /
+  NCCL_SOCKET_IFNAME name in this process's environment, else those the libraries choose (never
+  pinned to loopback). Rank r writes RUN_DIR/ranks/rank<r>.log, srun itself RUN_DIR/ranks/srun.log;
+  ``--kill-on-bad-exit`` stops the step when a rank fails, and `WorkerError` names the first rank
+  srun reports failed and its cause (`step_failure`). Site-specific srun options (GPU binding, a
+  partition's constraints) come from $DISTSGD_SRUN_ARGS.
 - env (torchrun or srun on a cluster): this process already is one rank; run it in place.
   torchrun does the supervising there.
+
+Which one 'auto' means (`detect_launcher`): env where RANK and WORLD_SIZE are set; else what
+$DISTSGD_LAUNCHER asks (spawn or srun); else srun inside a SLURM job of several nodes (not from
+within one of its steps), else spawn. Every run is checked against the GPUs it may use before any
+rank starts (`distsgd.training.allocation.check_fits`, called by `distsgd.run`).
 
 `on_ranks(fn, p, ...)` (benchmarks, tests) starts its ranks through the same mechanism as a run:
 `start_ranks` (forkserver, environment, file rendezvous on loopback, output to a per-rank log) and
@@ -28,7 +44,10 @@ import functools
 import json
 import multiprocessing
 import os
+import re
+import shlex
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +55,12 @@ import types
 import uuid
 from contextlib import contextmanager, nullcontext
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..comm.comm import INIT_METHOD_ENV
+from .allocation import Allocation, wants_gpus
+from .cluster import expand_nodelist
 from .config import Config
 from ..errors import ConfigError, WorkerError
 from ..files import write_text_atomic
@@ -51,37 +72,49 @@ from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file
 PRELOAD = ["distsgd.training.worker", "torch._dynamo"]
 
 
+LAUNCHER_ENV = "DISTSGD_LAUNCHER"     # 'spawn' or 'srun': what launcher 'auto' means in this process
+SRUN_ARGS_ENV = "DISTSGD_SRUN_ARGS"   # a site's own srun options, split as a shell splits them
+SRUN_LOG = "srun.log"                 # srun's own output, in RUN_DIR/ranks
+
+
 def launcher_for(config: Config) -> str:
-    """'env' when this process was started by torchrun/srun with a world set, else 'spawn'."""
+    """The launcher of `config` in this process (`detect_launcher`)."""
     return detect_launcher(config.launcher)
 
 
-def detect_launcher(choice: str) -> str:
-    """`choice` ('spawn' or 'env'), or for 'auto': 'env' when this process was started by
-    torchrun/srun with a world set (RANK and WORLD_SIZE), else 'spawn'."""
+def detect_launcher(choice: str, env: Mapping[str, str] = os.environ, spans_nodes: bool = True) -> str:
+    """`choice` ('spawn', 'srun' or 'env'), or for 'auto': 'env' when this process was started by
+    torchrun/srun with a world set (RANK and WORLD_SIZE); else $DISTSGD_LAUNCHER ('spawn' or
+    'srun'); else 'srun' inside a SLURM job of several nodes, from its batch script or an
+    allocation's shell (not from within one of its steps, SLURM_STEP_ID); else 'spawn'.
+    `spans_nodes` False (what starts its ranks on this host only: the benchmarks): 'auto' is
+    'env' or 'spawn'."""
     if choice != "auto":
         return choice
-    return "env" if "WORLD_SIZE" in os.environ and "RANK" in os.environ else "spawn"
+    if "WORLD_SIZE" in env and "RANK" in env:
+        return "env"
+    if not spans_nodes:
+        return "spawn"
+    asked = env.get(LAUNCHER_ENV, "")
+    if asked:
+        if asked not in ("spawn", "srun"):
+            raise ConfigError(LAUNCHER_ENV, asked, ("spawn", "srun"))
+        return asked
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    if env.get("SLURM_JOB_ID") and nodelist and "SLURM_STEP_ID" not in env and len(expand_nodelist(nodelist)) > 1:
+        return "srun"
+    return "spawn"
 
 
 def launch(config: Config, run_dir: Path) -> None:
     """Run the workers of `config` writing into `run_dir`; raise WorkerError on failure."""
-    if launcher_for(config) == "env":
+    launcher = launcher_for(config)
+    if launcher == "env":
         run_worker(run_dir, config)
+    elif launcher == "srun":
+        srun(config, run_dir, Allocation.detect())
     else:
         spawn(config, run_dir)
-
-
-def adopt_slurm_env(backend: str) -> None:
-    """Under a plain `srun` (no torchrun: no RANK), set this process's torchrun variables from
-    SLURM's (`distsgd.training.cluster.from_slurm`, `launch_env`), so that `--launcher env` finds its rank;
-    nothing elsewhere."""
-    from .cluster import from_slurm, launch_env
-
-    if "RANK" not in os.environ:
-        placement = from_slurm(os.environ)
-        if placement is not None:
-            os.environ.update(launch_env(placement, backend))
 
 
 def loopback_interface() -> str:
@@ -136,20 +169,138 @@ def spawn(config: Config, run_dir: Path) -> None:
     import torch
 
     gpus = torch.cuda.device_count() if config.device != "cpu" and config.backend != "gloo" else 0
-    if config.device == "cuda" and gpus < config.nproc:
-        raise ConfigError("nproc", config.nproc, f"at most {gpus} (GPUs on this host, one per rank)")
     ctx = _forkserver(config)
     with start_ranks(ctx, run_dir, config.nproc, gpus, hide_main=True,
                      body=lambda rank: functools.partial(worker_main, run_dir)) as procs:
-        bar = _ProgressBar(config, run_dir)
+        _watch(config, run_dir, lambda poll: supervise(procs, run_dir, poll=poll))
+
+
+def _watch(config: Config, run_dir: Path, wait: Callable[[Callable[[], None]], None]) -> None:
+    """`wait(poll)` for a run's ranks, `poll` feeding its progress bar; a `WorkerError` is also
+    written to RUN_DIR/ranks/launcher_error.txt, for `python -m distsgd show`."""
+    bar = _ProgressBar(config, run_dir)
+    try:
+        wait(bar.poll)
+        bar.finish()
+    except WorkerError as e:
+        write_text_atomic(run_dir / "ranks" / LAUNCHER_ERROR, str(e))
+        raise
+    finally:
+        bar.close()
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the OS's choice)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def step_nodes(nproc: int, allocation: Allocation, gpus: bool) -> list[str]:
+    """The nodes of a run's step, the head node first: on GPUs the fewest that give every rank
+    its own GPU (`check_fits` has checked that they exist), on CPUs one per rank up to all."""
+    count = -(-nproc // allocation.gpus_per_node) if gpus else min(nproc, len(allocation.nodes))
+    return list(allocation.nodes[:count])
+
+
+def srun_command(config: Config, run_dir: Path, allocation: Allocation, gpus: bool,
+                 extra: Sequence[str] = (), cpus_on_node: int = 1) -> list[str]:
+    """The srun command of the run of `config` in `run_dir`: one step of `config.nproc` tasks,
+    one per rank, block-distributed over `step_nodes`, that may share the allocation's CPUs with
+    other steps (``--overlap``: notebooks run side by side), stopped when a rank fails
+    (``--kill-on-bad-exit``), each rank's output in RUN_DIR/ranks/rank<r>.log. GPU ranks get an
+    equal share of a node's `cpus_on_node` CPUs; CPU ranks one CPU each, more ranks than CPUs
+    allowed (``--overcommit``, as a local run shares the cores). `extra`: the site's options,
+    before the command."""
+    nodes = step_nodes(config.nproc, allocation, gpus)
+    per_node = -(-config.nproc // len(nodes))
+    cpus = max(1, cpus_on_node // per_node) if gpus else 1
+    cmd = ["srun", f"--job-name={config.run_name()}", f"--nodes={len(nodes)}", f"--ntasks={config.nproc}",
+           f"--ntasks-per-node={per_node}", f"--nodelist={','.join(nodes)}", "--distribution=block",
+           f"--cpus-per-task={cpus}", "--overlap", "--kill-on-bad-exit=1",
+           f"--output={run_dir / 'ranks' / 'rank%t.log'}"]
+    if not gpus:
+        cmd.append("--overcommit")
+    return cmd + list(extra) + [sys.executable, "-m", "distsgd", "worker", str(run_dir)]
+
+
+def srun_env(master: str, port: int, gpus: bool) -> dict[str, str]:
+    """The environment srun passes to every rank of a step: this process's, without a local
+    rank's variables, with the run's rendezvous (MASTER_ADDR, MASTER_PORT), rank 0's progress
+    in a file, NCCL's asynchronous error handling, one intra-op thread per CPU rank."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", INIT_METHOD_ENV)}
+    env.update({"MASTER_ADDR": master, "MASTER_PORT": str(port), PROGRESS_ENV: "file"})
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    if not gpus:
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def srun(config: Config, run_dir: Path, allocation: Allocation) -> None:
+    """Start the ranks of `config` as one srun step across `allocation` (the module doc) and wait
+    for it; a failed rank raises `WorkerError` (`step_failure`). Leaving early (Ctrl-C in the
+    kernel) stops the step."""
+    gpus = wants_gpus(config, allocation.gpus_per_node > 0)
+    cmd = srun_command(config, run_dir, allocation, gpus, shlex.split(os.environ.get(SRUN_ARGS_ENV, "")),
+                       int(os.environ.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1))
+    env = srun_env(step_nodes(config.nproc, allocation, gpus)[0], free_port(), gpus)
+    ranks = run_dir / "ranks"
+    ranks.mkdir(parents=True, exist_ok=True)
+    with open(ranks / SRUN_LOG, "w") as log:
+        log.write(shlex.join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(poll: Callable[[], None]) -> None:
         try:
-            supervise(procs, run_dir, poll=bar.poll)
-            bar.finish()
-        except WorkerError as e:            # on disk too, for `python -m distsgd show`
-            write_text_atomic(run_dir / "ranks" / LAUNCHER_ERROR, str(e))
-            raise
+            while proc.poll() is None:
+                poll()
+                time.sleep(0.1)
         finally:
-            bar.close()
+            _stop_step(proc)
+        if proc.returncode:
+            raise step_failure(run_dir, proc.returncode)
+
+    _watch(config, run_dir, wait)
+
+
+def _stop_step(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop an srun still running: SIGTERM (srun passes it to the ranks, which save a checkpoint
+    at their next log step), SIGKILL after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+_SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)$")
+
+
+def step_failure(run_dir: Path, returncode: int) -> Exception:
+    """The error of an srun step that exited with `returncode`: `WorkerError` naming the first
+    rank srun reports failed (RUN_DIR/ranks/srun.log, in the order the ranks ended: the root
+    cause, the others were stopped after it) with its traceback (its error file) or how it
+    ended, its node and its log's tail; RuntimeError with srun's output where no rank started."""
+    text = (run_dir / "ranks" / SRUN_LOG).read_text()
+    failed = [m for m in map(_SRUN_TASK.search, text.splitlines()) if m]
+    if not failed:
+        errors = sorted(run_dir.glob("ranks/error_rank*.txt"), key=lambda p: p.stat().st_mtime)
+        if errors:
+            rank = int(errors[0].stem.removeprefix("error_rank"))
+            return WorkerError(rank, errors[0].read_text())
+        return RuntimeError(f"srun exited with status {returncode} before any rank ran; its output:\n{text[-4000:]}")
+    node, rank, how = failed[0].group(1), int(failed[0].group(2)), failed[0].group(3)
+    err = error_file(run_dir, rank)
+    if err.exists():
+        return WorkerError(rank, err.read_text())
+    log = run_dir / "ranks" / f"rank{rank}.log"
+    tail = log.read_text()[-4000:] if log.exists() else ""
+    return WorkerError(rank, f"process on {node}: {how}; last output:\n{tail}")
 
 
 @contextmanager

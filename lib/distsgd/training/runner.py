@@ -1,7 +1,9 @@
 """`distsgd.run`: validate a config, reuse a finished run or launch the workers, load the result.
 
 With ``launcher="env"`` under a plain ``srun`` (no torchrun), the rank and world come from
-SLURM's variables (`distsgd.training.cluster.from_slurm`).
+SLURM's variables (`distsgd.training.cluster.from_slurm`). A run whose ranks would take more
+GPUs than it may use (this host's, or with the srun launcher the SLURM job's) is refused before
+any rank starts (`distsgd.training.allocation.check_fits`).
 
 `caps` (`distsgd.training.caps.Caps`; where none is given, `Caps.from_env()`: the full-profile dry run
 sets ``DISTSGD_MAX_*`` for its notebook kernels) bound the processes, batch and evaluation of
@@ -27,7 +29,9 @@ from .. import data
 from .caps import Caps
 from .config import Config
 from ..errors import DivergedError
-from .launch import adopt_slurm_env, launch, launcher_for
+from .allocation import Allocation, check_fits
+from .cluster import adopt_slurm_env
+from .launch import launch, launcher_for
 from ..paths import results_root
 from .preflight import preflight
 from ..files import write_json_atomic
@@ -78,8 +82,9 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
     world).
 
     A run that stopped (a failed rank, a preemption signal) resumes from its latest complete
-    checkpoint (`checkpoint_every`) unless `force`, which starts it afresh; it says so on stderr
-    ("distsgd: RUN resumed from the checkpoint of step N").
+    checkpoint (`checkpoint_every`, or $DISTSGD_CHECKPOINT_EVERY where the config sets none)
+    unless `force`, which starts it afresh; it says so on stderr ("distsgd: RUN resumed from the
+    checkpoint of step N").
     Bad fields, and data that the config does not fit (`distsgd.training.preflight`), raise ConfigError
     before any process starts. A finished run with the same config hash, made by the same code
     version, is loaded instead of recomputed unless `force`; one made by other code (the library
@@ -95,10 +100,14 @@ def run(config: Config | None = None, *, force: bool = False, reuse_stale: bool 
         config = dataclasses.replace(config, nproc=int(os.environ.get("WORLD_SIZE", "1")))
     else:
         config = (Caps.from_env() if caps is None else caps).apply(config)
+    config = checkpoint.with_default_every(config)
     config = resolve_data(config.validate())
     run_dir = run_dir_of(config)
     if _must_compute(run_dir, config, force, reuse_stale, quiet=True):
         preflight(config)                           # the data: before any process or directory
+        if not env_launch:                          # the GPUs: this host's, or the allocation's
+            allocation = Allocation.detect()
+            check_fits(config, allocation if launcher_for(config) == "srun" else allocation.this_host())
     run_dir.mkdir(parents=True, exist_ok=True)
     if env_launch:
         if _must_compute(run_dir, config, force, reuse_stale):

@@ -6,8 +6,9 @@ come from torchrun-style environment variables. What a local launcher and its ra
 besides lives here too: a failed rank's traceback (`error_file`), rank 0's progress
 (`progress_file`, when $DISTSGD_PROGRESS=file) and the fault injection of the tests
 ($DISTSGD_INJECT_FAULT). SIGTERM and SIGUSR1 (SLURM's notice of a preemption or the time limit)
-are noted (`StopSignals`); at the next log step every rank saves a checkpoint and the run stops
-(`loop.Trainer`). The local launcher stops the surviving ranks of a failed run with SIGTERM,
+are noted (`StopSignals`), and so is the file $DISTSGD_STOP_FILE once it exists (a batch
+script's notice to every rank of every run, `reproduce/slurm/papermill.sbatch`); at the next log
+step every rank saves a checkpoint and the run stops (`loop.Trainer`). The local launcher stops the surviving ranks of a failed run with SIGTERM,
 and kills them 5 s later where they are blocked in a collective.
 """
 from __future__ import annotations
@@ -24,12 +25,14 @@ import torch
 
 from .. import files
 from . import liveness
+from .cluster import adopt_slurm_env
 from ..comm import Comm, parse_net
 from .config import Config
 from .loop import Trainer
 
 FAULT_ENV = "DISTSGD_INJECT_FAULT"      # "RANK:STEP[:HOW]": that rank raises (or dies, or is signalled)
 STOP_SIGNALS = {"term": signal.SIGTERM, "usr1": signal.SIGUSR1}   # what SLURM sends before the end
+STOP_FILE_ENV = "DISTSGD_STOP_FILE"     # a file whose existence asks every rank to checkpoint and stop
 PROGRESS_ENV = "DISTSGD_PROGRESS"       # "file": rank 0 writes its step for the launcher; else a tqdm bar
 ERROR_FILE = "error_rank{rank}.txt"     # a failed rank's traceback, in RUN_DIR/ranks
 
@@ -94,10 +97,12 @@ def injected_fault(rank: int) -> Callable[[int], None] | None:
 
 class StopSignals:
     """Notes SIGTERM and SIGUSR1 instead of dying of them, so that the loop can save a checkpoint
-    with every rank at its next log step; calling it says whether one arrived."""
+    with every rank at its next log step; calling it says whether one arrived or the stop file
+    ($DISTSGD_STOP_FILE, where set) exists."""
 
     def __init__(self) -> None:
         self.received = False
+        self.stop_file = os.environ.get(STOP_FILE_ENV, "")
         for sig in STOP_SIGNALS.values():
             signal.signal(sig, self._note)
 
@@ -105,7 +110,7 @@ class StopSignals:
         self.received = True
 
     def __call__(self) -> bool:
-        return self.received
+        return self.received or (bool(self.stop_file) and os.path.exists(self.stop_file))
 
 
 def run_worker(run_dir: Path, config: Config | None = None) -> None:
@@ -130,10 +135,13 @@ def run_worker(run_dir: Path, config: Config | None = None) -> None:
 
 
 def main(run_dir: Path) -> int:
-    """`python -m distsgd worker RUN_DIR`, and a spawned rank: on any error (joining the group
+    """`python -m distsgd worker RUN_DIR`, a spawned rank or one task of an srun step (its place
+    read from SLURM's variables, `cluster.adopt_slurm_env`): on any error (joining the group
     included), write the traceback where the launcher looks for it, then fail."""
     try:
-        run_worker(run_dir)
+        config = Config.from_dict(json.loads((run_dir / "config.json").read_text()))
+        adopt_slurm_env(config.backend)
+        run_worker(run_dir, config)
     except BaseException:
         record_error(run_dir)
         raise
