@@ -385,13 +385,14 @@ def fit_problems(parameters: Mapping[str, Any], sources: Mapping[str, str], allo
     return problems
 
 
-def allocations_of(shapes: Sequence[str], dry_run: bool) -> list[Any]:
-    """The allocations to plan for: the `shapes` given (``--allocation``), else a dry run's
-    `DRY_RUN_SHAPES`, else the SLURM job this runs in or this host (`Allocation.detect`)."""
+def allocations_of(shapes: Sequence[str], dry_run: bool, listing: bool = False) -> list[Any]:
+    """The allocations to plan for: the `shapes` given (``--allocation``), else for a dry run or a
+    listing (which runs nothing) `DRY_RUN_SHAPES`, else the SLURM job this runs in or this host
+    (`Allocation.detect`)."""
     sys.path.insert(0, str(REPO_ROOT / "lib"))
     from distsgd.training.allocation import Allocation
 
-    if shapes or dry_run:
+    if shapes or dry_run or listing:
         return [Allocation.parse(shape) for shape in shapes or DRY_RUN_SHAPES]
     return [Allocation.detect()]
 
@@ -1077,7 +1078,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        allocations = allocations_of(args.allocation, args.dry_run)
+        allocations = allocations_of(args.allocation, args.dry_run, args.list)
     except ValueError as exc:                  # distsgd.ConfigError: a malformed --allocation
         say(f"error: {exc}", file=sys.stderr)
         return 2
