@@ -39,7 +39,8 @@ def test_full_profile_dry_run_executes(tmp_path) -> None:
     # the CPU (on 2 cores, 00/04/05/06 took 2.0 min instead of 3.0); nothing here is timed. One
     # kernel per slot (--share-kernels): a kernel's start is ~15 s of CPU, a dry-run notebook ~30 s
     proc = subprocess.run([sys.executable, str(RUN_PY), "--profile", "full", "--dry-run",
-                           "--jobs", "2", "--share-kernels", "--out", str(out)],
+                           "--jobs", "2", "--share-kernels", "--out", str(out),
+                           "--figures-dir", str(out / "figures")],
                           capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     with open(out / "summary.csv", newline="") as f:
