@@ -61,7 +61,7 @@ def test_registration_at_the_quick_profile_is_the_committed_one() -> None:
     ls.register_claims(claims, ls.setups("mlp", "digits", []), [32, 100], len(seeds), committed_margins())
     assert {i: {f: t[f] for f in ("claim", "paper", *TEST_FIELDS)} for i, t in reg["tests"].items()} \
         == claims.registered_tests()
-    assert seeds == list(range(10)) and reg["design"]["steps"] == 300
+    assert seeds == list(range(5)) and reg["design"]["steps"] == 300
     assert set(seeds).isdisjoint(reg["pilot"]["seeds"])        # the pilot ran on other seeds
     more = Claims("02_liec_sgd")
     ls.register_claims(more, ls.setups("mlp", "digits", [["resnet34", "cifar100"]]), [32], 5, None)
