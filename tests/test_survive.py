@@ -125,6 +125,24 @@ def test_show_reads_a_run_while_it_runs(tmp_path):
     assert re.search(r"ranks x steps +2 x 30", shown), shown
 
 
+def _usr1_once_started(cmd: list[str], env: dict[str, str], started: Path, what: str
+                       ) -> tuple[subprocess.Popen, str]:
+    """Start `cmd` (a batch script) in its own session, send it SIGUSR1 once `started` exists (its
+    stub of `what` has begun), and return the ended process with its output."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), f"{what} was not started"
+        proc.send_signal(signal.SIGUSR1)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        _stop_group(proc)
+    return proc, output
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
     """Kill what is left of `proc`'s session (started with start_new_session): a test that fails
     or times out leaves no rank or stub behind."""
@@ -269,18 +287,8 @@ def test_train_sbatch_forwards_usr1_to_the_step_and_requeues(tmp_path):
     to its ranks, the script waits for the step, requeues the job and exits 0.
     test_cluster_slurm.py runs the same on a real SLURM."""
     env = _stub_slurm(tmp_path)
-    proc = subprocess.Popen(["bash", str(SBATCH), "--algo", "ssgd", "--out", "results/x"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (tmp_path / "started").exists(), "srun was not started"
-        proc.send_signal(signal.SIGUSR1)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        _stop_group(proc)
+    proc, output = _usr1_once_started(["bash", str(SBATCH), "--algo", "ssgd", "--out", "results/x"], env,
+                                      tmp_path / "started", "srun")
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert proc.returncode == 0, output
     srun = next(c for c in calls if c.startswith("srun "))
@@ -323,17 +331,8 @@ exit 1
                   if line.startswith("#SBATCH ")]
     assert "--requeue" in directives and "--open-mode=append" in directives
     assert "--ntasks=1" not in directives        # would collapse a job of several nodes to one
-    proc = subprocess.Popen(["bash", str(PAPERMILL_SBATCH), "--jobs", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert (tmp_path / "started").exists(), "run.py was not started"
-        proc.send_signal(signal.SIGUSR1)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        _stop_group(proc)
+    proc, output = _usr1_once_started(["bash", str(PAPERMILL_SBATCH), "--jobs", "1"], env, tmp_path / "started",
+                                      "run.py")
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert proc.returncode == 0, output
     assert calls == ["run.py reproduce/run.py --profile rehearsal --only 01 --jobs 1 every=250",
