@@ -237,7 +237,7 @@ def emulation_on_device(device: str, backend: str) -> dict[str, float]:
     from distsgd.comm import Comm, parse_net
     from distsgd.comm.comm import Group
 
-    dev = torch.device(device)
+    dev = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group(backend, init_method=f"file://{tmp}/rendezvous", rank=0, world_size=1,
                                 **({"device_id": dev} if backend == "nccl" else {}))
