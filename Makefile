@@ -42,7 +42,7 @@ test-unit: venv
 test-notebooks: venv
 	$(PY) -m pytest --nbval-lax notebooks $(PYTEST_ARGS)
 
-# Every notebook at nproc 3 and 8 with other seeds (dry-run length); also part of `test`.
+# Every notebook at nproc 6 with another seed (dry-run length); also part of `test`.
 test-params: venv
 	$(PY) -m pytest tests/test_notebook_params.py $(PYTEST_ARGS)
 

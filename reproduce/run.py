@@ -57,6 +57,9 @@ fails here. What this machine cannot provide is replaced, and only that:
 * data: stand-ins in the real formats (MNIST idx files, CIFAR-10/100 python pickles, an
   ImageNet-style folder of tiny JPEGs) written to ``OUT/data``, with ``DISTSGD_DATA`` pointing
   there and ``DISTSGD_DATA_VERIFY=0`` (their checksums are not the release's);
+* repetitions: a notebook's seeds and repeats (``n_seeds``, ``seeds``, ``acc_seeds``, ``repeats``,
+  ``control_repeats``) at most 2 (``DRY_RUN_REPETITIONS``;
+  a list of seeds keeps its first two), the fewest its intervals take;
 * cost: ``DISTSGD_MAX_NPROC`` (default 2) caps the worker processes of each run,
   ``DISTSGD_MAX_BATCH_SIZE`` (default 2) the per-rank batch and ``DISTSGD_MAX_EVAL_SAMPLES``
   (default 4) the samples of each evaluation, ``DISTSGD_MAX_SEQ_LEN`` (default 8) the sequence
@@ -85,6 +88,7 @@ directory (`distsgd.run`), the interrupted ones are recomputed.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import logging
 import os
@@ -111,6 +115,9 @@ VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.cl
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
 DRY_RUN_CAPS = {"nproc": 2, "batch_size": 2, "eval_samples": 4, "seq_len": 8, "image_side": 16, "depth": 1}
+# the repetitions of a dry run: a notebook's seeds and timing repeats at most 2, the fewest an interval over
+# them takes (a list of seeds keeps its first two); more repetitions of a 2-step run check nothing more
+DRY_RUN_REPETITIONS = {"n_seeds": 2, "seeds": 2, "acc_seeds": 2, "repeats": 2, "control_repeats": 2}
 # the allocations (nodes x GPUs per node) a dry run checks a profile against, the first one executed
 DRY_RUN_SHAPES = ("1x8", "2x8", "4x4")
 # the notebook parameters that count the ranks of runs (one GPU each where the notebook's backend is
@@ -336,6 +343,12 @@ def plan_notebook(name: str, path: Path, profile: Profile, dry_run: bool,
             parameters[key], sources[key] = value, "--set"
     if dry_run:
         parameters["dry_run"], sources["dry_run"] = True, "--dry-run"
+        for key, cap in DRY_RUN_REPETITIONS.items():
+            if key in declared:
+                value = parameters.get(key, ast.literal_eval(declared[key]["default"]))
+                fewer = value[:cap] if isinstance(value, list) else min(value, cap)
+                if fewer != value:
+                    parameters[key], sources[key] = fewer, f"--dry-run: at most {cap} of {value!r}"
         if parameters.get("backend") == "nccl" and not gpu_available():
             parameters["backend"], sources["backend"] = "gloo", "--dry-run: no GPU, nccl -> gloo"
 
