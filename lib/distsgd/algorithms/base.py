@@ -101,6 +101,9 @@ class Algorithm:
     # the learning-rate schedule of a config that names none (Config.schedule ''; Config.validate
     # gives a stagewise one stage_steps = `lr_schedule.default_stage_steps` where stage_steps is 0)
     default_schedule: ClassVar[str] = "constant"
+    # whether a run may give it the VRL-SGD authors' epoch schedule (Config.warm_start_epochs,
+    # epoch_average): the classes that run it (`epochs.EpochSchedule`) and those it leaves unchanged
+    epoch_schedule: ClassVar[bool] = False
 
     model: torch.nn.Module                 # the model of this rank
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)

@@ -24,10 +24,6 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step", "multistep", "stagewise")
 LAUNCHERS = ("auto", "spawn", "env")
 ON_NAN = ("stop", "continue")
-# The algorithms that run the VRL-SGD authors' epoch schedule (warm_start_epochs, epoch_average):
-# the three methods of their experiments. S-SGD accepts both and is unchanged by them (its models
-# are equal after every step).
-EPOCH_SCHEDULE_ALGOS = ("ssgd", "local_sgd", "vrl_sgd")
 
 # Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
 # hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
@@ -157,11 +153,12 @@ class Config:
         for name in ("epoch_average", "eval_average"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true, false")
-        if self.algo not in EPOCH_SCHEDULE_ALGOS:
+        if not algorithms.REGISTRY[self.algo].epoch_schedule:       # `Algorithm.epoch_schedule`
+            runs = sorted(n for n, cls in algorithms.REGISTRY.items() if cls.epoch_schedule)
             for name, off, allowed in (("warm_start_epochs", 0, "0"), ("epoch_average", False, "false")):
                 if getattr(self, name) != off:
                     raise ConfigError(name, getattr(self, name), allowed,
-                                      f"algo={self.algo!r}; only {', '.join(EPOCH_SCHEDULE_ALGOS)} run "
+                                      f"algo={self.algo!r}; only {', '.join(runs)} run "
                                       "the VRL-SGD authors' epoch schedule")
         _check_int("stage_steps", self.stage_steps, 0)
         _check_int("log_every", self.log_every, 1)
