@@ -3,7 +3,7 @@
 Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
 emulated network where the emulation has headroom: the simulator's step time (profile scaled to
 the compute measured at that p, the benchmark's own network, the per-call overheads measured at the
-start of the run, `timeline.overheads`) within `timeline.validate.RESOLUTION` (15%)
+start of the run, `timeline.costs`) within `timeline.validate.RESOLUTION` (15%)
 of the measured median. The failure message is the table of every pair.
 """
 from pathlib import Path

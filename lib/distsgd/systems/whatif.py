@@ -51,7 +51,7 @@ from .layer_profile import Profile, format_shape
 from ..paths import repo_root
 from .timeline.error_band import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
-from .timeline.overheads import Overheads
+from .timeline.costs import Overheads
 from .timeline.driver import COLLECTIVE_COLUMNS
 from .timeline.simulate import collectives
 from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep

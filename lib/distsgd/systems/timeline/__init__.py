@@ -8,14 +8,14 @@ links), `schedules` (S-SGD schedules, DDP, PS, ByteScheduler, DeAR), `local` (lo
 CoCoD-SGD, SSD-SGD, KAVG), `simulate` (steady state, Prediction, Chrome trace, DeAR's tuner on
 simulated step times), `sweep` (the CLI's
 table of configurations), `overheads` (the per-call issue and copy costs on the compute stream:
-`simulate(..., overheads=Overheads(...))`, default none; `overheads.measure()` on this machine),
+`simulate(..., overheads=Overheads(...))`, default none; `measure_costs.measure()` on this machine),
 `effects` (Horovod's fusion cycle, compute contention, the per-message cost: `simulate(...,
 effects=Effects(...))`, default off; on in the what-if CLI), `validate` (against the benchmark's
 measured step times), `survey` (the error on the survey's real cluster: `python -m
 distsgd.systems.timeline.survey`). Topology: `Topology(g, intra, inter, hierarchical=, servers=)`.
 """
 from .effects import Effects
-from .overheads import Overheads
+from .costs import Overheads
 from .simulate import ALGORITHMS, Prediction, simulate
 from .topology import Topology
 

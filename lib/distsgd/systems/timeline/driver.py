@@ -13,7 +13,7 @@ optimizer_step, after_step), on stand-ins that move no data and keep the time of
   the algorithm's gradient hooks fire when the profile says the gradients are ready.
 - `SimComm`: the `Comm` the algorithm calls, recording instead of transmitting. Each collective is
   charged on the rank's link by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
-  the link is free, ready `Topology.cost` later; the per-call costs of `timeline.overheads` on the
+  the link is free, ready `Topology.cost` later; the per-call costs of `timeline.costs` on the
   compute stream); its handle's `wait()` moves the compute stream to the ready time. Its ledger holds
   what the algorithm issued, with the columns of a run's comm.csv. `now()` is the simulated clock:
   an algorithm that times itself (MG-WFBP's gradient-ready times, DeAR's tuner) measures the

@@ -19,7 +19,7 @@ from ...errors import ConfigError
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import Effects
-from .overheads import Overheads
+from .costs import Overheads
 from .simulate import ALGORITHMS, simulate
 from .topology import Topology
 

@@ -21,8 +21,8 @@ from the first timed step's start to the link's last ready time (or the compute 
 divided by `steps` (`window_step`). With a short window this is not the steady state
 (`simulate`'s step_s): a period whose average overlaps the next period shows its drain.
 
-Per-call overheads (`timeline.overheads`: the issue cost per collective and the copy passes, on
-the compute stream) are measured by `overheads.measure()` at the start of `validate`, before the
+Per-call overheads (`timeline.costs`: the issue cost per collective and the copy passes, on
+the compute stream) are measured by `measure_costs.measure()` at the start of `validate`, before the
 benchmark, and charged by the same rule in every case; the table keeps the plain prediction
 (`predicted_plain_s`) beside it.
 
@@ -44,7 +44,8 @@ from ...training.caps import Caps
 from ...comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ...paths import repo_root
-from .overheads import NONE, Overheads, for_profile, gpu_overheads, measure
+from ..measure_costs import measure
+from .costs import NONE, Overheads, for_profile, gpu_overheads
 from .simulate import simulate
 from .sweep import PROFILE_DIR
 from .topology import Topology
@@ -121,7 +122,7 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
     NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
     With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
     (`window_step`); without, the steady state (`simulate`). `overheads`: the per-call costs
-    charged on the compute stream (`timeline.overheads`; None: none). `scale` False: the profile's
+    charged on the compute stream (`timeline.costs`; None: none). `scale` False: the profile's
     own compute, not scaled to the measured one (a profile taken where the benchmark ran: the GPU
     check, `validate_gpu`)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
@@ -153,7 +154,7 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
              warmup: int = 8, repeats: int = 5, headroom_reps: int = 3, caps: Caps | None = None,
              overheads: Overheads | str | None = "measure"
              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Measure the per-call overheads ("measure": `overheads.measure()` now, at the start, before
+    """Measure the per-call overheads ("measure": `measure_costs.measure()` now, at the start, before
     the benchmark; or given; None: none), run the benchmark on every case of `cases_for(p)`,
     run the benchmark on every case of `cases_for(p)`, decide which networks are emulable here
     (`emulation_headroom`, before predicting), predict every pair with those overheads. Returns
@@ -252,7 +253,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
                  host: pd.DataFrame | None = None, device: str = "cuda"
                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The check on one GPU (issues 17 and 33): p = 1 on NCCL, no emulation. The per-call costs
-    (`calls`: `overheads.measure_gpu_calls`) and each model's host and device time (`host`:
+    (`calls`: `measure_costs.measure_gpu_calls`) and each model's host and device time (`host`:
     `profiler.host_and_device`) are measured first unless given; each model's layer profile is
     measured now on this GPU (`profiler.measure`, 10 rounds after 3 warm-up, the benchmark's model
     options, shape and batch); the benchmark times every case of `cases_for(1)` on one NCCL rank;
@@ -263,7 +264,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
     import torch
 
     from ..profiler import measure
-    from .overheads import measure_gpu_calls
+    from ..measure_costs import measure_gpu_calls
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("validate_gpu needs a CUDA GPU")
     models, cases = list(models), cases_for(1)
