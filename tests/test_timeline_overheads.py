@@ -121,10 +121,10 @@ def test_real_transfers_run_one_after_the_other() -> None:
 
 def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
     """SSD-SGD's local rule and server steps: one update each by default, the measured fraction of
-    the training step with `ssd_rule` / `ssd_server`."""
+    the training step with `work` of `ssd_rule` / `ssd_server`."""
     period = 4
     default = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0})
-    rules = Overheads(ssd_rule=0.5, ssd_server=0.25)
+    rules = Overheads(work={"ssd_rule": 0.5, "ssd_server": 0.25})
     measured = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0}, overheads=rules)
 
     def span(pred, name: str) -> list[float]:
@@ -137,6 +137,15 @@ def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
         d == pytest.approx(0.25 * TOY.compute_s, rel=1e-12) for d in span(measured, "ssd_server"))
 
 
+def test_a_pass_its_class_does_not_declare_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator charges only the passes a class declares (`Algorithm.work_passes`): SSD-SGD
+    announcing its server step without declaring it fails, naming the pass."""
+    from distsgd.algorithms import REGISTRY
+    monkeypatch.setattr(REGISTRY["ssd_sgd"], "work_passes", ("ssd_rule",))
+    with pytest.raises(RuntimeError, match="'ssd_server'.*work_passes: ssd_rule"):
+        simulate(TOY, "ssd_sgd", 2, NET, {"period": 2, "warmup": 0})
+
+
 @pytest.mark.parametrize("period", [1, 4])
 def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
     """SSD-SGD's class announces its passes (`Comm.work`): on a free network a cycle of `period`
@@ -144,7 +153,7 @@ def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
     applies: len(due)) and `period` local rules, and no optimizer update (its `optimizer_step` does
     not call `optimizer.step()`); its warm-up steps (S-SGD) a forward/backward and a server step."""
     rule, server = 0.5, 0.25
-    planted = Overheads(ssd_rule=rule, ssd_server=server)
+    planted = Overheads(work={"ssd_rule": rule, "ssd_server": server})
     fb, c, u = TOY.compute_s - TOY.update_s, TOY.compute_s, TOY.update_s
     plain = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period})
     charged = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period}, overheads=planted)
@@ -167,7 +176,7 @@ def test_measured_overheads_are_of_the_right_magnitude() -> None:
     ov = measure(nprocs=(2,))
     assert 1e8 < ov.copy_Bps < 1e12 and 0 < ov.issue_s < 1e-2
     assert set(ov.transfer) == {2} and ov.transfer[2].bandwidth_Bps > 1e7
-    assert ov.ssd_rule > 0 and ov.ssd_server > 0 and ov.cores >= 1
+    assert set(ov.work) == {"ssd_rule", "ssd_server"} and min(ov.work.values()) > 0 and ov.cores >= 1
 
 
 # ---------------------------------------------------------------- a GPU host (issue 33 item 2)

@@ -55,21 +55,29 @@ def measure_issue(n: int = 208, nproc: int = 2, net: str | None = None) -> float
     return float(statistics.median(on_ranks(_issue_rank, nproc, n, net)))
 
 
+def work_passes() -> list[str]:
+    """Every pass over its own buffers that a registered algorithm's class declares
+    (`Algorithm.work_passes`), each once, in the registry's order."""
+    from ..algorithms import REGISTRY
+    return list(dict.fromkeys(name for cls in REGISTRY.values() for name in cls.work_passes))
+
+
 def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int = 4, reps: int = 15) -> dict:
     """On one of `world` ranks that all run this (every core busy, as in the benchmark), after
     `steps` training steps of the benchmark's `model` (the allocator in a training process's
     state): (b) the copy speed of the kit's own model average passes (`algorithms.flat`: flatten,
-    `div_`, copy back: 3 passes over the parameters), and (d) SSD-SGD's local rule and server
-    step on this model (`SSDSGD._local_rule` on the gathered gradient, `_server`), each as a
-    fraction of the model's whole training step (forward, backward, torch SGD with momentum),
-    each timed right after a forward and backward, medians of `reps`."""
+    `div_`, copy back: 3 passes over the parameters), and (d) every registered algorithm's declared
+    passes on this model (`work_passes`: the algorithm with its default parameters set up on the
+    model, its `timed_work` calls), each as a fraction of the model's whole training step (forward,
+    backward, torch SGD with momentum), each timed right after a forward and backward, medians of
+    `reps`. Returns {"copy_Bps": ..., "work": {pass: fraction}}."""
     import statistics
 
     import torch
     import torch.nn.functional as F
 
     from . import benchmark as bs
-    from ..algorithms import create
+    from ..algorithms import REGISTRY, create
     from ..training.config import Config
     from ..algorithms.flat import flatten, unflatten_into
     from ..training.caps import Caps
@@ -114,13 +122,17 @@ def _model_rank(rank: int, world: int, model: str, batch_size: int, steps: int =
 
     copy_Bps = 3 * nbytes / median_s(average_passes)
     step_s = median_s(training_step)
-    params = {"period": 4, "warmup": 0}
-    ssd = create("ssd_sgd", params)
-    ssd.setup(net, optimizer, Comm(rank, world, torch.device("cpu")),
-              Config(nproc=world, batch_size=batch_size, momentum=0.9).facts())
-    return {"copy_Bps": copy_Bps,
-            "ssd_rule": median_s(lambda: ssd._local_rule(ssd._gradient().div_(world))) / step_s,
-            "ssd_server": median_s(lambda: ssd._server(ssd._gradient())) / step_s}
+    comm = Comm(rank, world, torch.device("cpu"))
+    facts = Config(nproc=world, batch_size=batch_size, momentum=0.9).facts()
+    work: dict[str, float] = {}
+    for name, cls in REGISTRY.items():
+        if not set(cls.work_passes) - set(work):
+            continue                                  # none, or timed already (a preset's base)
+        algo = create(name, {})
+        algo.setup(net, optimizer, comm, facts)
+        work.update({p: median_s(call) / step_s for p, call in algo.timed_work().items()})
+        algo.close()
+    return {"copy_Bps": copy_Bps, "work": work}
 
 
 def measure_transfer(nprocs: tuple[int, ...] = (2, 4), sizes: tuple[int, ...] = (2**18, 2**20, 2**22, 2**23),
@@ -147,16 +159,16 @@ def measure_transfer(nprocs: tuple[int, ...] = (2, 4), sizes: tuple[int, ...] = 
 def measure(net: str | None = None, nproc: int = 2, model: str = "mlp", batch_size: int = 16,
             nprocs: tuple[int, ...] = (2, 4)) -> Overheads:
     """Every cost measured now on this machine (module docstring): the issue cost at p = `nproc`,
-    the copy speed and SSD-SGD's rules on `nproc` ranks training `model`, the real transfers at
+    the copy speed and the algorithms' declared passes (`work_passes`) on `nproc` ranks training `model`, the real transfers at
     each p of `nprocs`."""
     import statistics
 
     from ..training.launch import on_ranks
     ranks = on_ranks(_model_rank, nproc, model, batch_size)
-    med = {k: float(statistics.median(r[k] for r in ranks)) for k in ranks[0]}
-    return Overheads(issue_s=measure_issue(nproc=nproc, net=net), copy_Bps=med["copy_Bps"],
-                     transfer=measure_transfer(nprocs), cores=os.cpu_count() or 1, ssd_rule=med["ssd_rule"],
-                     ssd_server=med["ssd_server"])
+    work = {k: float(statistics.median(r["work"][k] for r in ranks)) for k in ranks[0]["work"]}
+    return Overheads(issue_s=measure_issue(nproc=nproc, net=net),
+                     copy_Bps=float(statistics.median(r["copy_Bps"] for r in ranks)),
+                     transfer=measure_transfer(nprocs), cores=os.cpu_count() or 1, work=work)
 
 
 def _call_round(comm, tensors: list, raw: bool) -> tuple[float, float]:

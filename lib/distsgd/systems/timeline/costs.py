@@ -16,10 +16,11 @@ besides the profile's layer times:
     transfer's CPU time (its copies: the bandwidth term of the real cost; the latency term is
     waiting for the peers); real transfers run one after the other (gloo's thread). Blocking
     collectives hide it (the compute stream waits anyway); overlapped ones pay it.
-(d) an algorithm's own passes over its buffers, announced by `Comm.work(name)` (`work_s`): SSD-SGD's
-    cosdcasgd local rule (`ssd_rule`) and its momentum server step (`ssd_server`) are several passes
-    over the flat model, as fractions of the model's training step; without them the simulator
-    charges one optimizer update (`update_s`) for each.
+(d) an algorithm's own passes over its buffers, declared by its class (`Algorithm.work_passes`) and
+    announced where they run by `Comm.work(name)` (`work_s`; e.g. SSD-SGD's local rule and server
+    step, several passes over the flat model each): `work`, each pass's measured cost as a fraction
+    of the model's training step (`Algorithm.timed_work` timed by `measure_costs`); a pass not
+    measured costs one optimizer update (`update_s`).
 
 (e) On a GPU host (`host_share` set) the costs are the host's, not the compute stream's: the host
     spends `host_share` seconds issuing each second of device compute (the model's
@@ -60,14 +61,11 @@ if TYPE_CHECKING:
     from ..layer_profile import Profile
 
 
-WORK = ("ssd_rule", "ssd_server")     # the passes an algorithm announces (`Comm.work`), each a field
-
-
 @dataclass(frozen=True)
 class Overheads:
     """Seconds per collective issued (`issue_s`) and memory-copy speed in bytes/s (`copy_Bps`;
     0 or inf: copies free) charged on the compute stream (module docstring). Measured on this
-    machine (2-core CPU, gloo, p = 2, 1 thread per rank) by `measure()`: see the validation
+    machine (2-core CPU, gloo, p = 2, 1 thread per rank) by `measure_costs.measure()`: see the validation
     test's output and docs/validation.md's "Validation log" for the values of a run."""
 
     issue_s: float = 0.0
@@ -75,8 +73,7 @@ class Overheads:
     transfer: dict[int, NetModel] = field(default_factory=dict)
     transfer_share: float = 2.0
     cores: int = 0
-    ssd_rule: float | None = None
-    ssd_server: float | None = None
+    work: dict[str, float] = field(default_factory=dict)    # an announced pass -> its share of a step
     host_share: float | None = None
 
     @property
@@ -85,13 +82,10 @@ class Overheads:
         return self.host_share is not None
 
     def work_s(self, name: str, update_s: float, compute_s: float) -> float:
-        """Seconds of the algorithm's pass `name` (`Comm.work`: one of `WORK`, SSD-SGD's local rule
-        "ssd_rule" or one server step "ssd_server"): the measured fraction (the field of that name)
-        of the profile's training step `compute_s`, or one optimizer update `update_s` when not
-        measured (module docstring, (d))."""
-        if name not in WORK:
-            raise ValueError(f"work {name!r}: the passes with a cost are {', '.join(WORK)}")
-        fraction = getattr(self, name)
+        """Seconds of an algorithm's pass `name` (`Comm.work`, one of its class's `work_passes`): its
+        measured fraction (`work`) of the profile's training step `compute_s`, or one optimizer
+        update `update_s` when not measured (module docstring, (d))."""
+        fraction = self.work.get(name)
         return update_s if fraction is None else fraction * compute_s
 
     def transfer_s(self, kind: str, nbytes: int, p: int) -> float:

@@ -44,7 +44,7 @@ from ...training.caps import Caps
 from ...comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ...paths import repo_root
-from ..measure_costs import measure
+from ..measure_costs import measure, work_passes
 from .costs import NONE, Overheads, for_profile, gpu_overheads
 from .simulate import simulate
 from .sweep import PROFILE_DIR
@@ -184,7 +184,8 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     table["load_start"], table["load_end"] = load_start, os.getloadavg()[0]
     table["issue_s"], table["copy_Bps"] = table.attrs["overheads"].issue_s, table.attrs["overheads"].copy_Bps
     ov = table.attrs["overheads"]
-    table["ssd_rule"], table["ssd_server"] = ov.ssd_rule, ov.ssd_server
+    for name in work_passes():
+        table[name] = ov.work.get(name)
     table["transfer"] = "; ".join(f"p={q}: {m.bandwidth_Bps / 1e9:.2f} GB/s, {1e6 * m.latency_s:.0f} us"
                                   for q, m in sorted(ov.transfer.items()))
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
