@@ -200,10 +200,11 @@ def test_interval_is_ordered_for_negative_values():
 def test_grid_twins_are_the_grid_points_grouping_like_the_threshold():
     """Four 3.8 MB layers (4e6 bytes): 25 MB is one group; of the grid 1..100 MB (10 trials) the
     points from 21.5 MB up make one group too, those below make 2 or more."""
-    prof = tiny_profile()
-    assert [round(x, 1) for x in pj.grid_twins(prof, 25.0, 1.0, 100.0, 10)] == [21.5, 35.9, 59.9, 100.0]
-    assert pj.grid_twins(prof, 25.0, 1.0, 10.0, 5) == []
-    assert pj.grid_twins(prof, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
+    from distsgd.algorithms.dear import grid_twins
+    forward = [layer.grad_bytes for layer in reversed(tiny_profile().layers)]
+    assert [round(x, 1) for x in grid_twins(forward, 25.0, 1.0, 100.0, 10)] == [21.5, 35.9, 59.9, 100.0]
+    assert grid_twins(forward, 25.0, 1.0, 10.0, 5) == []
+    assert grid_twins(forward, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
 
 
 def test_simulate_case_is_the_sweeps_row_and_its_runtime_model_the_registered_one():
