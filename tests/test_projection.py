@@ -46,7 +46,7 @@ def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
     method (`Prediction.model`), computed without simulating (`survey.runtime`)."""
     table = survey.load_error()
     keyed = dict(zip(table.method, eb.measured_models(table)))
-    assert keyed == {m: survey.runtime(m) for m in survey.METHODS}
+    assert keyed == {m: survey.runtime(m) for m in survey.SURVEY_METHODS}
     prof = tiny_profile()
     net = parse_net("10GbE")
     assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
@@ -60,14 +60,14 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     and so is one with the survey's parameters but without the survey's effects (contention), or
     the kit's `wfbp` class for Horovod's WFBP rows."""
     byteps = survey.runtime("WFBP-PS")
-    kit_ps = pj.runtime({"algo": "ps", "params": survey.METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
+    kit_ps = pj.runtime({"algo": "ps", "params": survey.SURVEY_METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
     assert kit_ps.algo == byteps.algo == "ps" and kit_ps.params == byteps.params and kit_ps.runtime == "class PS"
     assert eb.measured_error(byteps, "10GbE").methods == ("WFBP-PS", "ByteScheduler-PS")
-    byteps_no_contention = runtime_model("ps", survey.METHODS["WFBP-PS"].params,
+    byteps_no_contention = runtime_model("ps", survey.SURVEY_METHODS["WFBP-PS"].params,
                                          survey.topology("WFBP-PS", parse_net("PCIe3"), parse_net("10GbE")))
     assert byteps_no_contention.runtime == byteps.runtime and byteps_no_contention.contention == 0
     for other in (kit_ps, byteps_no_contention, pj.runtime({"algo": "wfbp"}, "10GbE", 4, "PCIe3"),
-                  pj.runtime({"algo": "no_overlap", "params": survey.METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
+                  pj.runtime({"algo": "no_overlap", "params": survey.SURVEY_METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
         with pytest.raises(eb.Uncovered, match="no survey row was predicted by this runtime model"):
             eb.measured_error(other, "10GbE")
     claims = Claims("t")

@@ -13,7 +13,8 @@ from ..systems import benchmark as bs
 from ..verdicts import projection as pj
 from ..algorithms.dear import grid_twins
 from ..algorithms.tuner import GridTuner
-from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck
+from ..systems.cases import SURVEY_OVERLAP_CASES
+from ..verdicts.analysis import machine_precheck
 from ..verdicts.claims import Claims, Test
 from ..systems.layer_profile import Profile
 from ..training.results import Result

@@ -25,6 +25,7 @@ import time
 import pandas as pd
 
 from ..comm.netmodel import NetModel
+from .cases import HOOKED_PROBE
 from .timeline.costs import HOOKED, Overheads
 
 
@@ -283,7 +284,7 @@ def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple
     with _one_rank_group(dev):
         for width in widths:
             for n in counts:
-                times: dict[str, list[tuple[float, float]]] = {"compute": [], "wfbp": []}
+                times: dict[str, list[tuple[float, float]]] = {"compute": [], HOOKED_PROBE: []}
                 cases = {name: _chain_case(name, width, n, batch_size, dev) for name in times}
                 x = torch.randn(batch_size, width, device=dev)
                 y = torch.randint(0, width, (batch_size,), device=dev)
@@ -301,8 +302,8 @@ def measure_hooked_calls(widths: tuple[int, ...] = (32, 256, 512), counts: tuple
                     algo.close()
                 med = {name: [statistics.median(t[i] for t in got) for i in (0, 1)] for name, got in times.items()}
                 rows.append(dict(path=HOOKED, nbytes=4 * width * width, calls=n,
-                                 issue_s=(med["wfbp"][0] - med["compute"][0]) / n,
-                                 call_s=(med["wfbp"][1] - med["compute"][1]) / n))
+                                 issue_s=(med[HOOKED_PROBE][0] - med["compute"][0]) / n,
+                                 call_s=(med[HOOKED_PROBE][1] - med["compute"][1]) / n))
                 del cases
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()

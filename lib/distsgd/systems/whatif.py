@@ -51,6 +51,7 @@ from .layer_profile import Profile, format_shape
 from ..paths import repo_root
 from .timeline.error_band import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
+from .cases import WHATIF_BASELINE
 from .timeline.costs import Overheads
 from .timeline.driver import COLLECTIVE_COLUMNS
 from .timeline.simulate import collectives
@@ -62,7 +63,6 @@ __all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input
 IMAGE = (3, 224, 224)
 DEFAULT_SEQ_LEN = 64
 PAPER_MODELS = ("resnet50", "densenet201", "vgg16", "bert_base", "bert_large")
-BASELINE = "no_overlap"
 _PROFILE_NAME = re.compile(r"(.+)_b\d+(?:_[0-9x]+)?")           # <model>_b<batch>[_<input shape>]
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 
@@ -249,7 +249,7 @@ def recommend(df: pd.DataFrame) -> list[str]:
     for net, rows in df.groupby("net", sort=False):
         top = rows[rows.nproc == rows.nproc.max()].set_index("algo")["throughput"]
         best = top.idxmax()
-        base = BASELINE if BASELINE in top.index else top.idxmin()
+        base = WHATIF_BASELINE if WHATIF_BASELINE in top.index else top.idxmin()
         gain = f"{top[best] / top[base]:.2f}x over {base}" if len(top) > 1 else \
             f"the only schedule simulated, {top[best]:.4g} samples/s"
         lines.append(f"best: {best}, {gain} at {rows.nproc.max()} workers on {net}")

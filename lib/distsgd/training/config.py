@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..algorithms.registry import DEFAULT
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Config:
     the algorithm's defaults so that the stored config is complete.
     """
 
-    algo: str = _field("ssgd", "algorithm (see `python -m distsgd list`)")
+    algo: str = _field(DEFAULT, "algorithm (see `python -m distsgd list`)")
     params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
                                         "the algorithm's defaults fill in the rest", flag="--set")
     model: str = _field("mlp", "logistic, mlp, cnn, lenet5, resnet20, resnet18, resnet34, resnet50, "

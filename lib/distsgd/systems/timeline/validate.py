@@ -44,22 +44,13 @@ from ...training.caps import Caps
 from ...comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ...paths import repo_root
+from ..cases import DEFAULT_CASES, KAVG_CASE, LOCAL_CASES
 from ..measure_costs import measure, work_passes
 from .costs import NONE, Overheads, for_profile, gpu_overheads
 from .simulate import simulate
 from .sweep import PROFILE_DIR
 from .topology import Topology
 
-# The cases validated: the benchmark's schedules plus the local-update algorithms it can time.
-# Periods of 4 and a benchmark warm-up and step count that are multiples of 4 put the same number
-# of averages in every timed window; SSD-SGD skips its S-SGD warm-up (the steps-delay stage is
-# what the simulator models).
-LOCAL_CASES = [
-    {"algo": "local_sgd", "params": {"period": 4}, "label": "local SGD"},
-    {"algo": "cocod_sgd", "params": {"period": 4}, "label": "CoCoD-SGD"},
-    {"algo": "ssd_sgd", "params": {"period": 4, "warmup": 0}, "label": "SSD-SGD"},
-]
-KAVG_CASE = {"algo": "kavg", "params": {"period": 4, "local_groups": 2, "local_period": 2}, "label": "KAVG (2 groups)"}
 # A network whose modeled all-reduce of the whole gradient is 4x the compute (bandwidth term) with
 # the 10GbE-like latency share: communication dominates, so the emulation has headroom here.
 NETWORKS = {"comm-bound (4x)": (4.0, 0.015)}
@@ -70,7 +61,7 @@ RESOLUTION = 0.15   # the simulator's target bound on this machine's step times 
 
 def cases_for(p: int) -> list[dict[str, Any]]:
     """Every validated case at p ranks (KAVG with 2 groups needs p >= 4, even)."""
-    return bs.DEFAULT_CASES + LOCAL_CASES + ([KAVG_CASE] if p >= 4 and p % 2 == 0 else [])
+    return DEFAULT_CASES + LOCAL_CASES + ([KAVG_CASE] if p >= 4 and p % 2 == 0 else [])
 
 
 def committed_profile(model: str, batch_size: int, input_shape: tuple[int, ...], device: str = "cpu") -> Profile | None:
