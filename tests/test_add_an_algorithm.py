@@ -28,7 +28,7 @@ from distsgd.models import build_model
 from distsgd.training.step import train_steps
 from distsgd.systems.timeline import simulate
 from distsgd.systems.timeline.driver import COLLECTIVE_COLUMNS
-from distsgd.systems.timeline.simulate import collectives
+from distsgd.systems.timeline.simulator import collectives
 
 from gloo import run_ranks
 from test_timeline import TOY
@@ -179,7 +179,7 @@ from distsgd.algorithms import REGISTRY
 from distsgd.systems.measure_costs import work_passes
 from distsgd.systems.timeline import simulate
 from distsgd.systems.timeline.costs import Overheads
-from distsgd.systems.timeline.simulate import collectives
+from distsgd.systems.timeline.simulator import collectives
 from test_timeline import TOY
 name, every = sys.argv[1], {"every": 2}
 assert distsgd.__file__.startswith(sys.argv[2]), distsgd.__file__

@@ -11,7 +11,7 @@ import pytest
 from distsgd.comm.netmodel import parse_net
 from distsgd.verdicts import projection as pj
 from distsgd.systems.timeline import error_band as eb, survey
-from distsgd.systems.timeline.simulate import runtime_model
+from distsgd.systems.timeline.simulator import runtime_model
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.systems.layer_profile import Layer, Profile
 

@@ -54,7 +54,7 @@ from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
 from .cases import WHATIF_BASELINE
 from .timeline.costs import Overheads
 from .timeline.driver import COLLECTIVE_COLUMNS
-from .timeline.simulate import collectives
+from .timeline.simulator import collectives
 from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep
 
 __all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input_shape", "iteration_seconds",
@@ -217,7 +217,7 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
     runtime model and network beside it (`timeline.error_band.with_measured_error`: none for the
     what-if defaults, which the survey's predictions did not use). With `collectives_steps` N > 0,
-    also every collective each configuration charges in a run of N steps (`timeline.simulate.collectives`,
+    also every collective each configuration charges in a run of N steps (`timeline.simulator.collectives`,
     columns algo, nproc, net first). Every argument is checked before the profile is built or
     anything is simulated."""
     intra = intra if gpus_per_node != 1 else ""

@@ -31,7 +31,7 @@ import pandas as pd
 from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
 from ..comm.netmodel import parse_net
 from ..systems.layer_profile import Profile
-from ..systems.timeline.simulate import Prediction, RuntimeModel, runtime_model, simulate
+from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model, simulate
 from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
 from ..systems.timeline.sweep import find_profile, sweep
 from ..systems.timeline.topology import Topology

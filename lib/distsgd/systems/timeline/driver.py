@@ -27,7 +27,7 @@ optimizer_step, after_step), on stand-ins that move no data and keep the time of
 
 The steady state: the algorithm's communication repeats every `cycle` steps from step `start`
 (`Algorithm.steady_state`); `simulate` runs the steps before `start` (a long one that repeats
-itself by its ends: `timeline.simulate.transient`), then `warmup + measured` steps, and checks that
+itself by its ends: `timeline.simulator.transient`), then `warmup + measured` steps, and checks that
 the measured steps issued what the cycle before them did.
 """
 from __future__ import annotations

@@ -66,7 +66,7 @@ from ..cases import HOROVOD_FUSION_MB, SURVEY_METHODS
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import WHATIF, Effects
-from .simulate import Prediction, RuntimeModel, runtime_model, simulate
+from .simulator import Prediction, RuntimeModel, runtime_model, simulate
 from .sweep import find_profile
 from .topology import PER_NODE, Topology
 

@@ -20,7 +20,7 @@ from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import Effects
 from .costs import Overheads
-from .simulate import ALGORITHMS, simulate
+from .simulator import ALGORITHMS, simulate
 from .topology import Topology
 
 PROFILE_DIR = Path("reproduce") / "layer_profiles"

@@ -47,7 +47,7 @@ from ...paths import repo_root
 from ..cases import DEFAULT_CASES, KAVG_CASE, LOCAL_CASES
 from ..measure_costs import measure, work_passes
 from .costs import NONE, Overheads, for_profile, gpu_overheads
-from .simulate import simulate
+from .simulator import simulate
 from .sweep import PROFILE_DIR
 from .topology import Topology
 
@@ -92,7 +92,7 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
     """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
     then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
     from ...algorithms.registry import REGISTRY
-    from .simulate import resolve_network, stepper
+    from .simulator import resolve_network, stepper
     from .streams import Rank
     rank = Rank(resolve_network(net, None), nproc, overheads if overheads is not None else for_profile(profile))
     run, _, _ = stepper(profile, algo, rank, REGISTRY[algo].resolve_params(dict(params or {})))
