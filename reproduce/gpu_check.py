@@ -4,7 +4,7 @@ Steps (all by default; `--steps` picks some, in this order):
 
 0. `calls`: the per-collective cost on NCCL (issue 33 item 2): 1 to 512 async all-reduces of 4 KB to
    64 MB through the kit's `Comm` and through torch.distributed alone, host issue time and device
-   time per call (`timeline.overheads.measure_gpu_calls`), and the cost in place, per all-reduce issued
+   time per call (`measure_costs.measure_gpu_calls`), and the cost in place, per all-reduce issued
    from a gradient hook inside a training step (WFBP on a chain of 8 to 256 layers of 4 KB to 1 MB,
    `measure_hooked_calls`; what the validation step charges per collective since the third run) -> OUT/gpu_calls.csv.
 1. `host`: where a training step's time goes (`profiler.host_and_device`): the host's time to issue
@@ -93,7 +93,7 @@ VALIDATION_BATCH = 32
 def calls(out: Path, args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from distsgd.systems.timeline.overheads import measure_gpu_calls, measure_hooked_calls
+    from distsgd.systems.measure_costs import measure_gpu_calls, measure_hooked_calls
     # 512 x 64 MB is 32 GB: on the CPU check (this machine's memory) the sizes up to 1 MB
     table = pd.concat([measure_gpu_calls(device=args.device,
                                          **({} if args.device == "cuda" else {"sizes": (2**12, 2**16, 2**20)})),

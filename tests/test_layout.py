@@ -19,7 +19,7 @@ LIB = Path(__file__).resolve().parent.parent / "lib" / "distsgd"
 
 def import_edges(lib: Path = LIB) -> set[tuple[str, str]]:
     """(importer, imported) for every relative import between two of the library's top-level
-    modules or packages (distsgd.systems.timeline.simulate counts as timeline); the package's own
+    modules or packages (distsgd.systems.timeline.simulator counts as timeline); the package's own
     __init__ (its public re-exports) left out."""
     edges = set()
     for path in lib.rglob("*.py"):

@@ -11,7 +11,7 @@ import pytest
 from distsgd.comm.netmodel import parse_net
 from distsgd.verdicts import projection as pj
 from distsgd.systems.timeline import error_band as eb, survey
-from distsgd.systems.timeline.simulate import runtime_model
+from distsgd.systems.timeline.simulator import runtime_model
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.systems.layer_profile import Layer, Profile
 
@@ -46,7 +46,7 @@ def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
     method (`Prediction.model`), computed without simulating (`survey.runtime`)."""
     table = survey.load_error()
     keyed = dict(zip(table.method, eb.measured_models(table)))
-    assert keyed == {m: survey.runtime(m) for m in survey.METHODS}
+    assert keyed == {m: survey.runtime(m) for m in survey.SURVEY_METHODS}
     prof = tiny_profile()
     net = parse_net("10GbE")
     assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
@@ -60,14 +60,14 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     and so is one with the survey's parameters but without the survey's effects (contention), or
     the kit's `wfbp` class for Horovod's WFBP rows."""
     byteps = survey.runtime("WFBP-PS")
-    kit_ps = pj.runtime({"algo": "ps", "params": survey.METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
+    kit_ps = pj.runtime({"algo": "ps", "params": survey.SURVEY_METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
     assert kit_ps.algo == byteps.algo == "ps" and kit_ps.params == byteps.params and kit_ps.runtime == "class PS"
     assert eb.measured_error(byteps, "10GbE").methods == ("WFBP-PS", "ByteScheduler-PS")
-    byteps_no_contention = runtime_model("ps", survey.METHODS["WFBP-PS"].params,
+    byteps_no_contention = runtime_model("ps", survey.SURVEY_METHODS["WFBP-PS"].params,
                                          survey.topology("WFBP-PS", parse_net("PCIe3"), parse_net("10GbE")))
     assert byteps_no_contention.runtime == byteps.runtime and byteps_no_contention.contention == 0
     for other in (kit_ps, byteps_no_contention, pj.runtime({"algo": "wfbp"}, "10GbE", 4, "PCIe3"),
-                  pj.runtime({"algo": "no_overlap", "params": survey.METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
+                  pj.runtime({"algo": "no_overlap", "params": survey.SURVEY_METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
         with pytest.raises(eb.Uncovered, match="no survey row was predicted by this runtime model"):
             eb.measured_error(other, "10GbE")
     claims = Claims("t")
@@ -200,10 +200,11 @@ def test_interval_is_ordered_for_negative_values():
 def test_grid_twins_are_the_grid_points_grouping_like_the_threshold():
     """Four 3.8 MB layers (4e6 bytes): 25 MB is one group; of the grid 1..100 MB (10 trials) the
     points from 21.5 MB up make one group too, those below make 2 or more."""
-    prof = tiny_profile()
-    assert [round(x, 1) for x in pj.grid_twins(prof, 25.0, 1.0, 100.0, 10)] == [21.5, 35.9, 59.9, 100.0]
-    assert pj.grid_twins(prof, 25.0, 1.0, 10.0, 5) == []
-    assert pj.grid_twins(prof, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
+    from distsgd.algorithms.dear import grid_twins
+    forward = [layer.grad_bytes for layer in reversed(tiny_profile().layers)]
+    assert [round(x, 1) for x in grid_twins(forward, 25.0, 1.0, 100.0, 10)] == [21.5, 35.9, 59.9, 100.0]
+    assert grid_twins(forward, 25.0, 1.0, 10.0, 5) == []
+    assert grid_twins(forward, 2.0, 1.0, 10.0, 2) == [1.0]           # 1 MB and 2 MB: a layer per group
 
 
 def test_simulate_case_is_the_sweeps_row_and_its_runtime_model_the_registered_one():

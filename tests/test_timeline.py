@@ -162,7 +162,7 @@ def test_dear_tuned_is_the_class_driven_through_its_tuning_steps() -> None:
     """The prediction's trials and choice are those of the class's tuner after its transient driven
     step by step in full ((trials + 1) x window steps), never shortened (`simulate.transient`)."""
     from distsgd.algorithms.dear import DeAR
-    from distsgd.systems.timeline.simulate import stepper, tuner_of
+    from distsgd.systems.timeline.simulator import stepper, tuner_of
     from distsgd.systems.timeline.streams import Rank
     from distsgd.systems.timeline.topology import Topology
 

@@ -15,7 +15,7 @@ from distsgd.systems.layer_profile import Layer, Profile
 from distsgd.models import build_model
 from distsgd.systems.timeline import simulate
 from distsgd.systems.timeline.driver import COLLECTIVE_COLUMNS
-from distsgd.systems.timeline.simulate import collectives
+from distsgd.systems.timeline.simulator import collectives
 
 from test_timeline import NET, TOY
 from test_timeline_overheads import KNOB
@@ -70,7 +70,7 @@ def test_a_long_repeating_transient_is_driven_by_its_ends(monkeypatch: pytest.Mo
     """`simulate.transient`: SSD-SGD's 500 warm-up steps driven by their first and last steps
     predict what driving all of them does, on a network where the pushes queue."""
     ends = simulate(TOY, "ssd_sgd", 8, NET, {"period": 3}, overheads=KNOB)
-    monkeypatch.setattr(importlib.import_module("distsgd.systems.timeline.simulate"), "TRANSIENT_ENDS", 10**6)
+    monkeypatch.setattr(importlib.import_module("distsgd.systems.timeline.simulator"), "TRANSIENT_ENDS", 10**6)
     full = simulate(TOY, "ssd_sgd", 8, NET, {"period": 3}, overheads=KNOB)
     assert (ends.step_s, ends.compute_s, ends.comm_s) == pytest.approx((full.step_s, full.compute_s, full.comm_s),
                                                                          rel=1e-12)

@@ -1,4 +1,4 @@
-"""The per-call overheads knob of the simulator (`distsgd.systems.timeline.overheads`): closed forms with
+"""The per-call overheads knob of the simulator (`distsgd.systems.timeline.costs`): closed forms with
 the knob on, the knob off giving exactly the plain predictions, and the measurement's sanity."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from distsgd.algorithms.buckets import group_counts
 from distsgd.comm.netmodel import NetModel
 from distsgd.systems.timeline import ALGORITHMS, simulate
-from distsgd.systems.timeline.overheads import NONE, Overheads, out_bytes
+from distsgd.systems.timeline.costs import NONE, Overheads, out_bytes
 
 from test_timeline import FREE as FREE_NET
 from test_timeline import MB, NET, TOY, ar, profile
@@ -121,10 +121,10 @@ def test_real_transfers_run_one_after_the_other() -> None:
 
 def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
     """SSD-SGD's local rule and server steps: one update each by default, the measured fraction of
-    the training step with `ssd_rule` / `ssd_server`."""
+    the training step with `work` of `ssd_rule` / `ssd_server`."""
     period = 4
     default = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0})
-    rules = Overheads(ssd_rule=0.5, ssd_server=0.25)
+    rules = Overheads(work={"ssd_rule": 0.5, "ssd_server": 0.25})
     measured = simulate(TOY, "ssd_sgd", 2, NET, {"period": period, "warmup": 0}, overheads=rules)
 
     def span(pred, name: str) -> list[float]:
@@ -137,6 +137,15 @@ def test_ssd_rules_cost_their_measured_share_of_the_step() -> None:
         d == pytest.approx(0.25 * TOY.compute_s, rel=1e-12) for d in span(measured, "ssd_server"))
 
 
+def test_a_pass_its_class_does_not_declare_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator charges only the passes a class declares (`Algorithm.work_passes`): SSD-SGD
+    announcing its server step without declaring it fails, naming the pass."""
+    from distsgd.algorithms import REGISTRY
+    monkeypatch.setattr(REGISTRY["ssd_sgd"], "work_passes", ("ssd_rule",))
+    with pytest.raises(RuntimeError, match="'ssd_server'.*work_passes: ssd_rule"):
+        simulate(TOY, "ssd_sgd", 2, NET, {"period": 2, "warmup": 0})
+
+
 @pytest.mark.parametrize("period", [1, 4])
 def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
     """SSD-SGD's class announces its passes (`Comm.work`): on a free network a cycle of `period`
@@ -144,7 +153,7 @@ def test_the_simulator_charges_ssd_sgds_announced_work(period: int) -> None:
     applies: len(due)) and `period` local rules, and no optimizer update (its `optimizer_step` does
     not call `optimizer.step()`); its warm-up steps (S-SGD) a forward/backward and a server step."""
     rule, server = 0.5, 0.25
-    planted = Overheads(ssd_rule=rule, ssd_server=server)
+    planted = Overheads(work={"ssd_rule": rule, "ssd_server": server})
     fb, c, u = TOY.compute_s - TOY.update_s, TOY.compute_s, TOY.update_s
     plain = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period})
     charged = simulate(TOY, "ssd_sgd", 2, FREE_NET, {"period": period}, overheads=planted)
@@ -163,11 +172,11 @@ def test_measured_overheads_are_of_the_right_magnitude() -> None:
     """Measured here on the MLP: a copy speed between 100 MB/s and 1 TB/s (a pass over memory, not
     a unit error), an issue cost under 10 ms, real transfers slower than 10 MB/s, SSD-SGD's rules
     a positive share of a step."""
-    from distsgd.systems.timeline.overheads import measure
+    from distsgd.systems.measure_costs import measure
     ov = measure(nprocs=(2,))
     assert 1e8 < ov.copy_Bps < 1e12 and 0 < ov.issue_s < 1e-2
     assert set(ov.transfer) == {2} and ov.transfer[2].bandwidth_Bps > 1e7
-    assert ov.ssd_rule > 0 and ov.ssd_server > 0 and ov.cores >= 1
+    assert set(ov.work) == {"ssd_rule", "ssd_server"} and min(ov.work.values()) > 0 and ov.cores >= 1
 
 
 # ---------------------------------------------------------------- a GPU host (issue 33 item 2)
@@ -229,7 +238,7 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     calls; host_share the host's forward + backward + update over the device's step."""
     import pandas as pd
 
-    from distsgd.systems.timeline.overheads import HOOKED, Overheads, gpu_overheads
+    from distsgd.systems.timeline.costs import HOOKED, Overheads, gpu_overheads
     calls = pd.DataFrame([dict(path="distsgd.Comm", calls=1, issue_s=9.0),
                           dict(path="distsgd.Comm", calls=8, issue_s=1.0),
                           dict(path="distsgd.Comm", calls=64, issue_s=2.0),
@@ -254,7 +263,8 @@ def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
     import torch.distributed as dist
 
     from distsgd.systems.profiler import host_and_device
-    from distsgd.systems.timeline.overheads import HOOKED, measure_gpu_calls, measure_hooked_calls
+    from distsgd.systems.measure_costs import measure_gpu_calls, measure_hooked_calls
+    from distsgd.systems.timeline.costs import HOOKED
     calls = measure_gpu_calls(sizes=(4096, 65536), counts=(1, 8), reps=2, device="cpu")
     assert len(calls) == 2 * 2 * 2 and set(calls.path) == {"distsgd.Comm", "torch.distributed"}
     assert (calls.issue_s > 0).all() and (calls.call_s >= calls.issue_s).all()
@@ -277,7 +287,7 @@ def test_simulate_charges_the_committed_gpu_costs_on_a_gpu_profile() -> None:
     import pandas as pd
 
     from distsgd.paths import repo_root
-    from distsgd.systems.timeline.overheads import GPU_CALLS, GPU_HOST, for_profile, gpu_overheads
+    from distsgd.systems.timeline.costs import GPU_CALLS, GPU_HOST, for_profile, gpu_overheads
     root = repo_root(Path(__file__).parent)
     calls, host = pd.read_csv(root / GPU_CALLS), pd.read_csv(root / GPU_HOST)
     assert for_profile(TOY) is NONE
@@ -303,7 +313,7 @@ def test_a_transfer_fit_that_fails_under_load_is_measured_again(monkeypatch) -> 
 
     from distsgd.errors import ConfigError
     from distsgd.systems import benchmark
-    from distsgd.systems.timeline.overheads import measure_transfer
+    from distsgd.systems.measure_costs import measure_transfer
     sizes = (2**18, 2**20)
     loaded = pd.DataFrame({"kind": "all_reduce", "nbytes": sizes, "p": 2, "measured_s": [2e-3, 1e-3]})
     quiet = pd.DataFrame({"kind": "all_reduce", "nbytes": sizes, "p": 2, "measured_s": [1e-4, 4e-4]})

@@ -20,7 +20,7 @@ def splits() -> dict[str, pd.DataFrame]:
 
 def test_tables_parse_with_their_sources() -> None:
     readme = (ROOT / pt.VALIDATION / "README.md").read_text()
-    sizes = {"ddp": 44, "horovod": 36, "grace": 224}
+    sizes = {"pytorch_ddp": 44, "horovod": 36, "grace": 224}
     for name, table in pt.TABLES.items():
         rows = pt.read(table)
         assert len(rows) == sizes[name] and list(rows.columns) == pt.COMMON
@@ -46,12 +46,12 @@ def test_a_method_the_table_does_not_know_is_refused(tmp_path: Path) -> None:
     df.to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(ConfigError) as err:
         pt.read(pt.DDP_TABLE, tmp_path / "bad.csv")
-    assert err.value.field == "ddp.method"
+    assert err.value.field == "pytorch_ddp.method"
 
 
 FITTED = {   # (table, connection, model, method, nproc, split): the only rows the rule fits
-    ("ddp", pt.DDP_CONNECTION, "resnet50", "DDP 25 MB buckets", 2, pt.FIT_INTRA),
-    ("ddp", pt.DDP_CONNECTION, "resnet50", "DDP 25 MB buckets", 16, pt.FIT_INTER),
+    ("pytorch_ddp", pt.DDP_CONNECTION, "resnet50", "DDP 25 MB buckets", 2, pt.FIT_INTRA),
+    ("pytorch_ddp", pt.DDP_CONNECTION, "resnet50", "DDP 25 MB buckets", 16, pt.FIT_INTER),
     *{("horovod", c, "ResNet-101", "Horovod", 16 if "25 Gbit" in c else 64, pt.FIT_INTER)
       for c in pt.HOROVOD_TABLE.connections},
     ("grace", "10 Gb/s, MPI", "ResNet-50", "no compression", 2, pt.FIT_INTER),

@@ -50,7 +50,7 @@ def test_fit_link_recovers_a_synthetic_network() -> None:
 def test_measured_table_is_the_surveys() -> None:
     measured = survey.load_measured()
     assert len(measured) == 3 * 3 * 7 * 5                                # connections x models x methods x p
-    assert set(measured.method) == set(survey.METHODS) and set(measured.model) == set(survey.MODELS)
+    assert set(measured.method) == set(survey.SURVEY_METHODS) and set(measured.model) == set(survey.MODELS)
     assert set(survey.FABRICS) == set(measured.connection)                # every connection it measured
     one = measured[measured.nproc == 1].groupby("model").throughput.unique()
     assert {m: list(v) for m, v in one.items()} == {"BERT-Base": [212.8], "BERT-Large": [49.0], "ResNet-50": [253.1]}
@@ -63,7 +63,7 @@ def test_measured_table_is_the_surveys() -> None:
 
 def test_methods_are_configured_as_the_launch_scripts() -> None:
     mib = 2**20
-    m = survey.METHODS
+    m = survey.SURVEY_METHODS
     assert m["ByteScheduler-A2A"].params["partition_mb"] * mib == pytest.approx(4_000_000)
     assert m["ByteScheduler-A2A"].params["credit_mb"] * mib == pytest.approx(16_000_000)
     for name in ("BSP-PS", "WFBP-PS", "ByteScheduler-PS"):

@@ -3,7 +3,7 @@
 Every schedule of the benchmark and the local-update algorithms it can time, at p = 2 and 4, on the
 emulated network where the emulation has headroom: the simulator's step time (profile scaled to
 the compute measured at that p, the benchmark's own network, the per-call overheads measured at the
-start of the run, `timeline.overheads`) within `timeline.validate.RESOLUTION` (15%)
+start of the run, `timeline.costs`) within `timeline.validate.RESOLUTION` (15%)
 of the measured median. The failure message is the table of every pair.
 """
 from pathlib import Path
@@ -61,7 +61,7 @@ def test_simulator_predicts_every_schedule_within_the_resolution():
     report = v.report(table, v.RESOLUTION)
     ov = table.attrs["overheads"]
     print(f"overheads measured at the start: issue {1e6 * ov.issue_s:.1f} us, copy {ov.copy_Bps / 1e9:.2f} GB/s, "
-          f"SSD-SGD rule {ov.ssd_rule:.2f} / server step {ov.ssd_server:.2f} of a step, real transfers "
+          f"announced passes {', '.join(f'{k} {v:.2f}' for k, v in ov.work.items())} of a step, real transfers "
           f"{table.transfer.iloc[0]}; {table.cores.iloc[0]} cores")
     print(headroom.to_string())
     print(report)

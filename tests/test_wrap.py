@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORLD, STEPS, BATCH, SEED = 3, 8, 8, 0
 BASE = dict(model="mlp", model_options={"hidden": [16]}, data="digits", nproc=WORLD, steps=STEPS,
             batch_size=BATCH, lr=0.05, momentum=0.9, seed=SEED, eval_every=0, log_every=STEPS, progress=False)
-# Every algorithm of `python -m distsgd list`, with parameters that make it act within 8 steps.
+# Algorithms of `python -m distsgd list` with parameters that make them act within 8 steps; every
+# other one runs with its defaults.
 PARAMS: dict[str, dict] = {
     "bytescheduler": {}, "cocod_sgd": {"period": 3}, "compressed_sgd": {}, "ddp": {}, "dear": {},
     "double_squeeze": {}, "fusion": {}, "kavg": {"period": 3, "reduction_momentum": 0.5, "optimizer_state": "average"},
@@ -84,7 +85,8 @@ def user_runs(tmp_path_factory) -> Path:
     torch.save(kit_batches(), tmp / "data.pt")
     runs = [{"name": algo, "algo": algo, "params": params, "lr": BASE["lr"],
              "momentum": CONFIG.get(algo, {}).get("momentum", BASE["momentum"]),
-             "milestones": MILESTONES.get(algo, []), "batch_size": BATCH} for algo, params in PARAMS.items()]
+             "milestones": MILESTONES.get(algo, []), "batch_size": BATCH}
+            for algo, params in ((a, PARAMS.get(a, {})) for a in sorted(REGISTRY))]
     runs.append({"name": "torch_ddp", "algo": "torch_ddp", "params": {}, "lr": BASE["lr"],
                  "momentum": BASE["momentum"], "batch_size": BATCH})
     (tmp / "runs.json").write_text(json.dumps(runs))
@@ -105,16 +107,16 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], exact: 
             torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
 
 
-def test_every_listed_algorithm_is_tested():
-    assert set(PARAMS) == set(REGISTRY)
+def test_every_parameter_set_is_a_registered_algorithm():
+    assert set(PARAMS) <= set(REGISTRY)
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("algo", sorted(PARAMS))
+@pytest.mark.parametrize("algo", sorted(REGISTRY))
 def test_user_script_matches_distsgd_run(algo, user_runs):
     """The user's loop through wrap ends, on rank 0, where `distsgd.run` ends on the same batches
     from the same initial model."""
-    result = distsgd.run(**{**BASE, **CONFIG.get(algo, {})}, algo=algo, params=PARAMS[algo])
+    result = distsgd.run(**{**BASE, **CONFIG.get(algo, {})}, algo=algo, params=PARAMS.get(algo, {}))
     reference = result.state_dict()
     mine = _final(user_runs, algo)
     assert not torch.equal(mine["1.weight"], kit_batches()["init"]["1.weight"])     # it trained

@@ -101,6 +101,12 @@ class Algorithm:
     # the learning-rate schedule of a config that names none (Config.schedule ''; Config.validate
     # gives a stagewise one stage_steps = `lr_schedule.default_stage_steps` where stage_steps is 0)
     default_schedule: ClassVar[str] = "constant"
+    # whether a run may give it the VRL-SGD authors' epoch schedule (Config.warm_start_epochs,
+    # epoch_average): the classes that run it (`epochs.EpochSchedule`) and those it leaves unchanged
+    epoch_schedule: ClassVar[bool] = False
+    # its own passes over its buffers that no layer times, each announced where it runs with
+    # `Comm.work(name)` (the simulator charges them; `timed_work` runs them for measuring)
+    work_passes: ClassVar[tuple[str, ...]] = ()
 
     model: torch.nn.Module                 # the model of this rank
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)
@@ -134,6 +140,11 @@ class Algorithm:
     def check_run(cls, params: dict[str, Any], facts: RunFacts) -> None:
         """Checks that involve the rest of the run (e.g. a group count dividing nproc);
         raise ConfigError. Called by Config.validate, before any process starts."""
+
+    def timed_work(self) -> dict[str, Callable[[], None]]:
+        """Each pass of `work_passes` as a call that runs it once on this rank's current gradients
+        (set up, after a backward), for `systems.measure_costs` to time. Default: none."""
+        return {}
 
     @classmethod
     def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:

@@ -71,7 +71,7 @@ def fusion_groups(modules: list[torch.nn.Module], threshold_bytes: float, nearby
 
 def fusion_counts(nbytes: list[int], threshold_bytes: float, nearby: int) -> list[int]:
     """`fusion_groups` on the modules' gradient bytes only (forward order): the number of
-    modules in each group; used where no modules are held (`projection.grid_twins`)."""
+    modules in each group; used where no modules are held (`grid_twins`)."""
     counts: list[int] = []
     size = 0
     for n in nbytes:
@@ -82,6 +82,16 @@ def fusion_counts(nbytes: list[int], threshold_bytes: float, nearby: int) -> lis
         counts[-1] += 1
         size += n
     return counts
+
+
+def grid_twins(nbytes: list[int], threshold_mb: float, low: float, high: float, trials: int) -> list[float]:
+    """The thresholds of the tuner's grid (`GridTuner(low, high, trials)`) whose fusion groups of
+    layers of `nbytes` gradient bytes (forward order) are those of `threshold_mb` (`fusion_counts`,
+    group by size). Known before any step time: if there is one, "tuned at least as fast as
+    threshold_mb" holds by construction (the tuner keeps the fastest grid point), an identity, not a
+    claim that can fail."""
+    fixed = fusion_counts(nbytes, threshold_mb * 2**20, 1)
+    return [x for x in GridTuner(low, high, trials).candidates if fusion_counts(nbytes, x * 2**20, 1) == fixed]
 
 
 @register

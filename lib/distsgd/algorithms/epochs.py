@@ -43,6 +43,7 @@ class EpochSchedule:
     """Mixin of an averaging algorithm (`local_sgd`, `vrl_sgd`): the warm start and the epoch-end
     average of the module doc, read from `self.facts` and `self.epoch_steps` (set by `setup`)."""
 
+    epoch_schedule = True
     model: torch.nn.Module
     epoch_steps: int
 

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from .base import Algorithm
 
 REGISTRY: dict[str, type[Algorithm]] = {}
+DEFAULT = "ssgd"           # the algorithm of a run or a what-if that names none
 
 A = TypeVar("A", bound=type[Algorithm])
 

@@ -56,7 +56,7 @@ local model, so no k gives S-SGD; a warm-up covering the whole run does.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -101,6 +101,7 @@ class SSDSGD(Algorithm):
         return params["warmup"], params["period"]
 
     state_fields = ("x_global", "velocity", "local", "anchor", "local_num", "current", "due", "clock")
+    work_passes = ("ssd_rule", "ssd_server")       # `_local_rule`, `_server` (`Comm.work`)
     x_global: torch.Tensor              # w_g: the replica of the server's global model, flat
     velocity: torch.Tensor              # v: the server's momentum buffer
     local: torch.Tensor                 # L_i: the local copy (the model holds M_i)
@@ -181,6 +182,11 @@ class SSDSGD(Algorithm):
             torch.where(even, w, self.anchor, out=self.anchor)                 # p <- w where it applied
             self.local_num += len(self.params_)
         w.add_(d, alpha=-eta_l)
+
+    def timed_work(self) -> dict[str, Callable[[], None]]:
+        """The local rule on the rank's gradient rescaled by 1/N, and one server step on it."""
+        return {"ssd_rule": lambda: self._local_rule(self._gradient().div_(self.comm.world_size)),
+                "ssd_server": lambda: self._server(self._gradient())}
 
     def optimizer_step(self, step: int) -> None:
         g = self._gradient()

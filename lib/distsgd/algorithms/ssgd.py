@@ -82,6 +82,7 @@ class SSGD(BucketedAllReduce):
     )
 
     bucket_mb: float
+    epoch_schedule = True            # unchanged by it: the models are equal after every step
 
     def plan(self) -> list[Bucket]:
         return make_buckets(self.backward_order, self.bucket_mb * 2**20)

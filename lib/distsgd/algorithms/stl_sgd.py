@@ -63,6 +63,7 @@ class STLSGD(LocalSGD):
               lambda v: v in GROWTHS, ", ".join(GROWTHS)),
     )
     default_schedule = "stagewise"
+    epoch_schedule = False       # not one of the VRL-SGD authors' methods: its stages are its own schedule
 
     period: int
     growth: str

@@ -364,10 +364,10 @@ class Comm:
         return time.perf_counter()
 
     def work(self, name: str) -> None:
-        """Announce an algorithm's own pass over its buffers that no layer of the model times
-        (SSD-SGD's local rule "ssd_rule" and server step "ssd_server"), called where the pass runs.
+        """Announce an algorithm's own pass over its buffers that no layer of the model times (one
+        of its class's `Algorithm.work_passes`), called where the pass runs.
         Nothing here: in a run the pass takes its real time. The simulator's `SimComm` charges it
-        on the compute stream at its measured cost (`timeline.overheads.Overheads.work_s`)."""
+        on the compute stream at its measured cost (`timeline.costs.Overheads.work_s`)."""
 
     # ------------------------------------------------------------------ accounting
     def pending(self) -> int:

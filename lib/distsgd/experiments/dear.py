@@ -11,8 +11,10 @@ import pandas as pd
 
 from ..systems import benchmark as bs
 from ..verdicts import projection as pj
+from ..algorithms.dear import grid_twins
 from ..algorithms.tuner import GridTuner
-from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck
+from ..systems.cases import SURVEY_OVERLAP_CASES
+from ..verdicts.analysis import machine_precheck
 from ..verdicts.claims import Claims, Test
 from ..systems.layer_profile import Profile
 from ..training.results import Result
@@ -59,7 +61,7 @@ def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, Ratio
     (`projection.register`, each within the simulator's error measured for the same runtime model),
     per model at 64 workers: DDP / DeAR against the paper's "up to 83%" on 10GbE (1.83), the gain
     shrinking on IB-EDR (< 1), and on each network DeAR 25 MB / DeAR tuned >= 1, only where it can
-    fail: no grid point of the tuner makes 25 MB's fusion groups (`projection.grid_twins`), else
+    fail: no grid point of the tuner makes 25 MB's fusion groups (`algorithms.dear.grid_twins`), else
     ValueError. Returns the committed profiles and each projected claim's band (None: not covered)."""
     stat = "median of per-round ratios, 95% quantile_test interval"
     claims.register("dear_vs_ddp_10gbe", "on the comm-bound network DeAR is faster than DDP",
@@ -89,7 +91,8 @@ def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, Ratio
             "superiority", SHRINKS, [(model["DDP", "IB-EDR"], "IB-EDR"), (model["DeAR", "10GbE"], "10GbE")],
             [(model["DeAR", "IB-EDR"], "IB-EDR"), (model["DDP", "10GbE"], "10GbE")])
     for m, prof in profiles.items():
-        twins = pj.grid_twins(prof, PROJ_MB, PROJ_TUNE["tune_min_mb"], PROJ_TUNE["tune_max_mb"], PROJ_TUNE["tune_trials"])
+        forward = [layer.grad_bytes for layer in reversed(prof.layers)]
+        twins = grid_twins(forward, PROJ_MB, PROJ_TUNE["tune_min_mb"], PROJ_TUNE["tune_max_mb"], PROJ_TUNE["tune_trials"])
         if twins:
             raise ValueError(f"{m}: grid points {twins} make 25 MB's fusion groups: tuned >= 25 MB is an identity here")
         for net in PROJ_NETS:

@@ -13,7 +13,8 @@ import pandas as pd
 
 from ..systems import benchmark as bs
 from ..verdicts import projection as pj
-from ..verdicts.analysis import SURVEY_OVERLAP_CASES, machine_precheck, simulator_predictions
+from ..systems.cases import SURVEY_BSP_CASE, SURVEY_OVERLAP_CASES, SURVEY_PS_PARTITION_MB
+from ..verdicts.analysis import machine_precheck, simulator_predictions
 from ..verdicts.claims import Claims, Test
 from ..comm import named_net
 from ..systems.layer_profile import Profile
@@ -28,10 +29,10 @@ PROJ_GPUS_PER_NODE, PROJ_INTRA = 4, "PCIe3"
 PROJ_NETS = {"10gbe": "10GbE", "100gbe_tcp": survey.FABRICS["100GbE with TCP/IP"], "ib_edr": "IB-EDR"}   # claim suffix: network
 FABRICS = [named_net(spec)[0] for spec in PROJ_NETS.values()]   # the networks' names, as the projection labels them
 PROJ_CASES = [
-    {"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"},        # BSP: one 512 MiB buffer
+    SURVEY_BSP_CASE,                                                                      # BSP: one 512 MiB buffer
     *SURVEY_OVERLAP_CASES,
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 0.0}, "label": "PS"},
-    {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
+    {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": SURVEY_PS_PARTITION_MB}, "label": "PS + partition"},
 ]
 ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # the best all-reduce schedule's candidates
 PUBLISHED = {"BSP-A2A": "no overlap", "WFBP-A2A": "WFBP", "MG-WFBP": "MG-WFBP"}   # survey method: the kit's label

@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..systems import benchmark as bs
 from ..verdicts import projection as pj
-from ..verdicts.analysis import SURVEY_OVERLAP_CASES, decide_median_ratio, machine_precheck, simulator_predictions
+from ..systems.cases import SURVEY_BSP_CASE, SURVEY_OVERLAP_CASES, SURVEY_PS_PARTITION_MB
+from ..verdicts.analysis import decide_median_ratio, machine_precheck, simulator_predictions
 from ..verdicts.claims import Claims
 from ..paths import repo_root
 from ..systems.timeline import public_tables, survey, validate as tv
@@ -24,9 +25,9 @@ from ..systems.timeline import public_tables, survey, validate as tv
 # at their papers' 25 MB
 PROJ_DEVICE, PROJ_MODELS, PROJ_NPROCS, PROJ_NETS = "V100-fp32", {"resnet50": 64, "bert_base": 64}, [32, 64], ["10GbE", "IB-EDR"]
 PROJ_SWEEP = [2, 4, 8, 16, 32, 64]                   # the worker counts drawn; the invariants at PROJ_NPROCS
-PROJ_CASES = [{"algo": "no_overlap", "params": {"bucket_mb": 512.0}, "label": "no overlap"}, *SURVEY_OVERLAP_CASES,
+PROJ_CASES = [SURVEY_BSP_CASE, *SURVEY_OVERLAP_CASES,
               {"algo": "ps", "label": "PS"},
-              {"algo": "ps", "params": {"partition_mb": 4_096_000 / 2**20}, "label": "PS + partition"},
+              {"algo": "ps", "params": {"partition_mb": SURVEY_PS_PARTITION_MB}, "label": "PS + partition"},
               {"algo": "ddp", "label": "DDP"}, {"algo": "dear", "label": "DeAR"}]
 FIDELITY_BAND = (0.97, 1.3)                          # an emulated collective's measured / modeled time, >= 1 MiB
 

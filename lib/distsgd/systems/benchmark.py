@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from ..training.caps import Caps
+from .cases import DEFAULT_CASES
 from ..errors import ConfigError
 from ..training.cluster import adopt_slurm_env
 from ..training.launch import on_ranks, on_this_rank
@@ -68,17 +69,6 @@ NETWORKS = {"10GbE-like": (1.0, 0.015), "IB-like": (0.1, 0.0015)}   # (comm_rati
 REAL = "real"                   # a network name: no emulation, the backend's own interconnect
 BACKENDS = ("gloo", "nccl")
 LAUNCHERS = ("spawn", "env")
-DEFAULT_CASES = [
-    {"algo": "no_overlap", "label": "no overlap"},
-    {"algo": "wfbp", "label": "WFBP"},
-    {"algo": "fusion", "params": {"bucket_mb": 2.0}, "label": "tensor fusion"},
-    {"algo": "mgwfbp", "params": {"profile_steps": 2}, "label": "MG-WFBP"},
-    {"algo": "bytescheduler", "params": {"partition_mb": 0.5, "credit_mb": 2.0}, "label": "ByteScheduler"},
-    {"algo": "ps", "params": {"bucket_mb": 2.0}, "label": "PS"},
-    {"algo": "ps", "params": {"bucket_mb": 2.0, "partition_mb": 0.25}, "label": "PS + partition"},
-    {"algo": "ddp", "params": {"bucket_mb": 2.0}, "label": "DDP"},
-    {"algo": "dear", "params": {"threshold_mb": 2.0}, "label": "DeAR"},
-]
 
 
 def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int, vocab: int | None = None,

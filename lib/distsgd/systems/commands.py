@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
+from ..algorithms.registry import DEFAULT
 from ..training.config import parse_assignments
 from ..errors import ConfigError
 
@@ -61,7 +62,7 @@ def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
     g.add_argument("--models", default="mlp,transformer", help="comma-separated: mlp, resnet18, transformer, bert_base")
     g.add_argument("--algos", default="",
                    help="comma-separated schedule labels to keep (default: all of "
-                        "distsgd.systems.benchmark.DEFAULT_CASES)")
+                        "distsgd.systems.cases.DEFAULT_CASES)")
     g.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p (--launcher env: the job's)")
     g.add_argument("--nets", default="",
                    help="comma-separated networks: 10GbE-like, IB-like (emulated, scaled to the measured "
@@ -79,7 +80,7 @@ def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
 
 def _bench_cases(algos: str) -> list[dict]:
     """The cases of DEFAULT_CASES named (label or algorithm) in the comma-separated `algos`."""
-    from .benchmark import DEFAULT_CASES
+    from .cases import DEFAULT_CASES
 
     keep = [a.strip() for a in algos.split(",") if a.strip()]
     known = {c["label"] for c in DEFAULT_CASES} | {c["algo"] for c in DEFAULT_CASES}
@@ -143,7 +144,7 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
     e.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
     e.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
     w = m.add_argument_group("what to simulate and write")
-    w.add_argument("--algos", default="ssgd", help="comma-separated algorithm names (python -m distsgd list)")
+    w.add_argument("--algos", default=DEFAULT, help="comma-separated algorithm names (python -m distsgd list)")
     w.add_argument("--nprocs", default="2,4", help="comma-separated worker counts p")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="algorithm parameter, given to the chosen algorithms that have it")

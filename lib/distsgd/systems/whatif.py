@@ -51,9 +51,10 @@ from .layer_profile import Profile, format_shape
 from ..paths import repo_root
 from .timeline.error_band import with_measured_error
 from .timeline.effects import MESSAGE_OVERHEADS, WHATIF, Effects
-from .timeline.overheads import Overheads
+from .cases import WHATIF_BASELINE
+from .timeline.costs import Overheads
 from .timeline.driver import COLLECTIVE_COLUMNS
-from .timeline.simulate import collectives
+from .timeline.simulator import collectives
 from .timeline.sweep import PROFILE_DIR, check_sweep, find_profile, resolve_nets, split_nets, sweep
 
 __all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input_shape", "iteration_seconds",
@@ -62,7 +63,6 @@ __all__ = ["DEFAULT_SEQ_LEN", "PAPER_MODELS", "WhatIf", "choose_profile", "input
 IMAGE = (3, 224, 224)
 DEFAULT_SEQ_LEN = 64
 PAPER_MODELS = ("resnet50", "densenet201", "vgg16", "bert_base", "bert_large")
-BASELINE = "no_overlap"
 _PROFILE_NAME = re.compile(r"(.+)_b\d+(?:_[0-9x]+)?")           # <model>_b<batch>[_<input shape>]
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 
@@ -217,7 +217,7 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
     runtime model and network beside it (`timeline.error_band.with_measured_error`: none for the
     what-if defaults, which the survey's predictions did not use). With `collectives_steps` N > 0,
-    also every collective each configuration charges in a run of N steps (`timeline.simulate.collectives`,
+    also every collective each configuration charges in a run of N steps (`timeline.simulator.collectives`,
     columns algo, nproc, net first). Every argument is checked before the profile is built or
     anything is simulated."""
     intra = intra if gpus_per_node != 1 else ""
@@ -249,7 +249,7 @@ def recommend(df: pd.DataFrame) -> list[str]:
     for net, rows in df.groupby("net", sort=False):
         top = rows[rows.nproc == rows.nproc.max()].set_index("algo")["throughput"]
         best = top.idxmax()
-        base = BASELINE if BASELINE in top.index else top.idxmin()
+        base = WHATIF_BASELINE if WHATIF_BASELINE in top.index else top.idxmin()
         gain = f"{top[best] / top[base]:.2f}x over {base}" if len(top) > 1 else \
             f"the only schedule simulated, {top[best]:.4g} samples/s"
         lines.append(f"best: {best}, {gain} at {rows.nproc.max()} workers on {net}")

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..algorithms.registry import DEFAULT
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -24,10 +25,6 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULES = ("constant", "cosine", "step", "multistep", "stagewise")
 LAUNCHERS = ("auto", "spawn", "srun", "env")
 ON_NAN = ("stop", "continue")
-# The algorithms that run the VRL-SGD authors' epoch schedule (warm_start_epochs, epoch_average):
-# the three methods of their experiments. S-SGD accepts both and is unchanged by them (its models
-# are equal after every step).
-EPOCH_SCHEDULE_ALGOS = ("ssgd", "local_sgd", "vrl_sgd")
 
 # Fields that do not change what a run computes, so they are left out of the hash. `on_nan` is
 # hashed: it changes the result of a run that diverges (stopped there, or trained on), and a
@@ -56,7 +53,7 @@ class Config:
     the algorithm's defaults so that the stored config is complete.
     """
 
-    algo: str = _field("ssgd", "algorithm (see `python -m distsgd list`)")
+    algo: str = _field(DEFAULT, "algorithm (see `python -m distsgd list`)")
     params: dict[str, Any] = _field({}, "an algorithm parameter, repeatable (e.g. --set period=8); "
                                         "the algorithm's defaults fill in the rest", flag="--set")
     model: str = _field("mlp", "logistic, mlp, cnn, lenet5, resnet20, resnet18, resnet34, resnet50, "
@@ -159,11 +156,12 @@ class Config:
         for name in ("epoch_average", "eval_average"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "true, false")
-        if self.algo not in EPOCH_SCHEDULE_ALGOS:
+        if not algorithms.REGISTRY[self.algo].epoch_schedule:       # `Algorithm.epoch_schedule`
+            runs = sorted(n for n, cls in algorithms.REGISTRY.items() if cls.epoch_schedule)
             for name, off, allowed in (("warm_start_epochs", 0, "0"), ("epoch_average", False, "false")):
                 if getattr(self, name) != off:
                     raise ConfigError(name, getattr(self, name), allowed,
-                                      f"algo={self.algo!r}; only {', '.join(EPOCH_SCHEDULE_ALGOS)} run "
+                                      f"algo={self.algo!r}; only {', '.join(runs)} run "
                                       "the VRL-SGD authors' epoch schedule")
         _check_int("stage_steps", self.stage_steps, 0)
         _check_int("log_every", self.log_every, 1)

@@ -23,16 +23,6 @@ from ..data.base import TensorSource
 from ..systems.timeline import validate as tv
 
 
-# The overlapping schedules as the survey's launch scripts ran them (timeline.survey), in the order the projections
-# of 06, 07 and 10 list them, between no overlap and the parameter server / DDP / DeAR: WFBP, Horovod's 64 MB
-# fusion buffer, MG-WFBP (the authors' greedy merge), ByteScheduler's 4,000,000-byte partitions and
-# 16,000,000-byte credit.
-SURVEY_OVERLAP_CASES = [
-    {"algo": "wfbp", "label": "WFBP"},
-    {"algo": "fusion", "params": {"bucket_mb": 64.0}, "label": "tensor fusion"},
-    {"algo": "mgwfbp", "label": "MG-WFBP"},
-    {"algo": "bytescheduler", "params": {"partition_mb": 4e6 / 2**20, "credit_mb": 16e6 / 2**20}, "label": "ByteScheduler"},
-]
 
 def first_reaching(metrics: pd.DataFrame, column: str, target: float, at: str,
                    below: bool = True) -> float:

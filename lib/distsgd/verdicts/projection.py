@@ -31,9 +31,7 @@ import pandas as pd
 from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
 from ..comm.netmodel import parse_net
 from ..systems.layer_profile import Profile
-from ..algorithms.dear import fusion_counts
-from ..algorithms.tuner import GridTuner
-from ..systems.timeline.simulate import Prediction, RuntimeModel, runtime_model, simulate
+from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model, simulate
 from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
 from ..systems.timeline.sweep import find_profile, sweep
 from ..systems.timeline.topology import Topology
@@ -163,14 +161,3 @@ def tensor_stats(profile: Profile) -> dict[str, float]:
     ms per MB)."""
     stats = size_stats(profile.tensor_bytes)
     return {**stats, "intensity_ms_per_mb": 1e3 * profile.compute_s / stats["grad_mb"]}
-
-
-
-def grid_twins(profile: Profile, threshold_mb: float, low: float, high: float, trials: int) -> list[float]:
-    """The thresholds of DeAR's tuner grid (`GridTuner(low, high, trials)`) whose fusion groups on
-    `profile` are those of `threshold_mb` (`dear.fusion_counts`, group by size). Known before any
-    step time: if there is one, "tuned at least as fast as threshold_mb" holds by construction
-    (the tuner keeps the fastest grid point), an identity, not a claim that can fail."""
-    forward = [layer.grad_bytes for layer in reversed(profile.layers)]
-    fixed = fusion_counts(forward, threshold_mb * 2**20, 1)
-    return [x for x in GridTuner(low, high, trials).candidates if fusion_counts(forward, x * 2**20, 1) == fixed]

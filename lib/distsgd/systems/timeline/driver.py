@@ -13,20 +13,21 @@ optimizer_step, after_step), on stand-ins that move no data and keep the time of
   the algorithm's gradient hooks fire when the profile says the gradients are ready.
 - `SimComm`: the `Comm` the algorithm calls, recording instead of transmitting. Each collective is
   charged on the rank's link by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
-  the link is free, ready `Topology.cost` later; the per-call costs of `timeline.overheads` on the
+  the link is free, ready `Topology.cost` later; the per-call costs of `timeline.costs` on the
   compute stream); its handle's `wait()` moves the compute stream to the ready time. Its ledger holds
   what the algorithm issued, with the columns of a run's comm.csv. `now()` is the simulated clock:
   an algorithm that times itself (MG-WFBP's gradient-ready times, DeAR's tuner) measures the
   profile's times through the interface it uses in a run. An algorithm's own pass over its buffers
-  that no layer times, announced by `Comm.work(name)` (SSD-SGD's local rule and server step), is
-  charged on the compute stream at its cost (`Overheads.work_s`: measured, or one `update_s`).
+  that no layer times, declared by its class (`Algorithm.work_passes`) and announced by
+  `Comm.work(name)`, is charged on the compute stream at its cost (`Overheads.work_s`: measured,
+  or one `update_s`); a pass its class does not declare is an error.
 - Updates: `optimizer.step()` charges the profile's `update_s`; a layer whose parameters were
   changed in place since its last forward (a layer-wise deferred update: DeAR, ByteScheduler)
   charges its own `update_s` before its forward.
 
 The steady state: the algorithm's communication repeats every `cycle` steps from step `start`
 (`Algorithm.steady_state`); `simulate` runs the steps before `start` (a long one that repeats
-itself by its ends: `timeline.simulate.transient`), then `warmup + measured` steps, and checks that
+itself by its ends: `timeline.simulator.transient`), then `warmup + measured` steps, and checks that
 the measured steps issued what the cycle before them did.
 """
 from __future__ import annotations
@@ -89,11 +90,11 @@ class SimComm(Comm):
     the simulator p decompressions per bucket and the timeline nothing: meta tensors cost no time).
     Reductions of bookkeeping values (`reduce_uncounted`, `agree`) see every rank holding this
     rank's value. `update_s` and `compute_s` (the profile's optimizer update and training step)
-    price the algorithm's announced work (`work`)."""
+    price the algorithm's announced work (`work`), one of the passes its class declares (`passes`)."""
 
-    def __init__(self, clock: Rank, update_s: float, compute_s: float) -> None:
+    def __init__(self, clock: Rank, update_s: float, compute_s: float, passes: tuple[str, ...] = ()) -> None:
         super().__init__(clock.nproc - 1, clock.nproc, torch.device("meta"))
-        self.clock, self.update_s, self.compute_s = clock, update_s, compute_s
+        self.clock, self.update_s, self.compute_s, self.passes = clock, update_s, compute_s, passes
         self.net = _LinkCost(clock, clock.topology.group_link(clock.nproc, clock.nproc))
 
     def now(self) -> float:
@@ -118,7 +119,11 @@ class SimComm(Comm):
         return self.reduce_uncounted(tensor, op)
 
     def work(self, name: str) -> None:
-        """The algorithm's pass `name`, on the compute stream at `Overheads.work_s` (module doc)."""
+        """The algorithm's pass `name`, on the compute stream at `Overheads.work_s` (module doc);
+        RuntimeError unless its class declares it (`Algorithm.work_passes`)."""
+        if name not in self.passes:
+            raise RuntimeError(f"Comm.work({name!r}): not a pass the algorithm's class declares "
+                               f"(work_passes: {', '.join(self.passes) or 'none'})")
         self.clock.compute(name, self.clock.overheads.work_s(name, self.update_s, self.compute_s))
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
@@ -272,7 +277,7 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
         model.seen()
 
     optimizer.register_step_post_hook(charge)
-    comm = SimComm(clock, profile.update_s, profile.compute_s)
+    comm = SimComm(clock, profile.update_s, profile.compute_s, cls.work_passes)
     algorithm = cls(**params)
     net = algorithm.setup(model, optimizer, comm, config.facts())
     return Driven(algorithm, comm, clock, net, optimizer, model, config)

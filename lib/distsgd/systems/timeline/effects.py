@@ -21,7 +21,7 @@ with the defaults below (`WHATIF`, plus the per-message cost `MESSAGE_OVERHEADS`
     task that starts while a collective is in flight is slowed for the overlapping part; a
     collective issued later never reaches back into compute already run.
 (c) per-message latency: the per-call cost of a collective, by the kit's one mechanism for it,
-    `Overheads.issue_s` (charged on the compute stream at every issue, `timeline.overheads`).
+    `Overheads.issue_s` (charged on the compute stream at every issue, `timeline.costs`).
     `MESSAGE_OVERHEADS`: 8.4 us, NCCL's own cost model's base latency of a ring all-reduce call
     with the Simple protocol (nccl src/graph/tuning.cc, baseLat Ring/Simple), charged on top of
     the alpha of each ring step.
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from .overheads import Overheads
+from .costs import Overheads
 
 MiB = 2**20
 

@@ -36,7 +36,7 @@ import pandas as pd
 
 from ...comm.netmodel import NetModel, parse_net
 from ...errors import ConfigError
-from .simulate import RuntimeModel
+from .simulator import RuntimeModel
 from .survey import FABRICS, MODEL_COLUMNS, load_error
 
 

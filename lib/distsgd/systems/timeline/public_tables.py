@@ -2,12 +2,12 @@
 first benchmark table and GRACE's released ResNet-50 throughputs, each read from its committed CSV
 (`reproduce/validation/*_measured.csv`, sources and stated settings in `TABLES` and
 reproduce/validation/README.md), predicted row by row by the path the survey's table uses
-(`timeline.survey`: its `Method`, `fit_link`, a committed V100 profile scaled to the table's own
+(`timeline.survey`: `cases.Method`, `fit_link`, a committed V100 profile scaled to the table's own
 single-GPU step, `simulate` on a two-level `Topology`).
 
 The tables (`TABLES`, one `PublicTable` each):
 
-- `ddp`: PyTorch's DDP benchmark (pytorch/pytorch `benchmarks/distributed/ddp/README.md`): ResNet-50,
+- `pytorch_ddp`: PyTorch's DDP benchmark (pytorch/pytorch `benchmarks/distributed/ddp/README.md`): ResNet-50,
   ResNet-101, ResNeXt-50 (32x4d), ResNeXt-101 (32x8d) at batch 32 on 1-16 V100s in DGX-1 machines of 8
   (NVLink inside, 4 x 100 Gb/s InfiniBand per machine between), PyTorch 1.4.0a0 with NCCL; DDP with
   25 MB buckets (the example output) and 1 MB buckets (`diff.py`'s test run). Step: the p75 sec/iter,
@@ -64,8 +64,9 @@ from ...errors import ConfigError
 from ...paths import repo_root
 from ..layer_profile import Profile
 from .effects import WHATIF, Effects
-from .simulate import Prediction, simulate
-from .survey import MODEL_COLUMNS, SURVEY_EFFECTS, Method, fit_link, net_label
+from .simulator import Prediction, simulate
+from ..cases import DDP_TABLE_METHODS, GRACE_TABLE_METHODS, HOROVOD_TABLE_METHODS, Method
+from .survey import MODEL_COLUMNS, SURVEY_EFFECTS, fit_link, net_label
 from .survey import load_error as survey_error
 from .sweep import find_profile
 from .topology import Topology
@@ -139,7 +140,7 @@ def _read_ddp(df: pd.DataFrame) -> pd.DataFrame:
 
 
 DDP_TABLE = PublicTable(
-    name="ddp", source=DDP_SOURCE,
+    name="pytorch_ddp", source=DDP_SOURCE,
     setting=("PyTorch's DDP benchmark: sec/iter (p50/p75/p90/p95) of ResNet-50/101, ResNeXt-50 32x4d and "
              "ResNeXt-101 32x8d (torchvision, batch 32) on 1, 2, 4, 8 V100s in one DGX-1 (NVLink) and 16 in two "
              "(4 x 100 Gb/s InfiniBand per machine), PyTorch 1.4.0a0+05140f0, CUDA 10.0, NCCL; the example output "
@@ -147,8 +148,7 @@ DDP_TABLE = PublicTable(
              "diff's baseline within rounding) and diff.py's test run with bucket_cap_mb 1 (p75, p95)"),
     measured_csv=VALIDATION / "ddp_benchmark_measured.csv", reader=_read_ddp, gpus_per_node=8,
     models=DDP_MODELS,
-    methods={"DDP 25 MB buckets": Method("ddp", {"bucket_mb": 25.0}, "all-reduce"),
-             "DDP 1 MB buckets": Method("ddp", {"bucket_mb": 1.0}, "all-reduce")},
+    methods=DDP_TABLE_METHODS,
     not_predicted={}, connections={DDP_CONNECTION: Connection("NVLink", "IB-EDR", 4 * 100e9 / 8)},
     effects=Effects(contention=WHATIF.contention), compute_method="no ddp",
     anchor_model="resnet50", anchor_method="DDP 25 MB buckets",
@@ -190,7 +190,7 @@ HOROVOD_TABLE = PublicTable(
              "CPU, over TCP or RDMA (25 Gbit/s only), and Distributed TensorFlow's parameter servers"),
     measured_csv=VALIDATION / "horovod_readme_measured.csv", reader=_read_horovod, gpus_per_node=4,
     models={"Inception V3": "inception_v3", "ResNet-101": "resnet101", "VGG-16": "vgg16"},
-    methods={"Horovod": Method("wfbp", {}, "all-reduce")},
+    methods=HOROVOD_TABLE_METHODS,
     not_predicted={s: "parameter servers: their number and placement are not stated" for s in HOROVOD_PS},
     connections={_horovod_connection(c, s): Connection("PCIe3", spec, rate)
                  for c, (spec, rate) in HOROVOD_CLUSTERS.items() for s in HOROVOD_SETUPS
@@ -224,7 +224,7 @@ GRACE_TABLE = PublicTable(
              "(tf_cnn_benchmarks' default for resnet50; not published with the data)"),
     measured_csv=VALIDATION / "grace_measured.csv", reader=_read_grace, gpus_per_node=1,
     models={"ResNet-50": "resnet50"},
-    methods={"no compression": Method("wfbp", {}, "all-reduce")},
+    methods=GRACE_TABLE_METHODS,
     not_predicted={},                 # every compressed method: `_not_predicted`
     connections={f"{bw.replace('g', ' Gb/s')}, {name}": Connection("PCIe3", spec, rate)
                  for bw, (spec, rate) in GRACE_LINKS.items() for name in GRACE_BACKENDS.values()},

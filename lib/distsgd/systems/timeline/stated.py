@@ -23,7 +23,7 @@ gradients, in `step.train_step`'s hook order on a profile instead of a model:
   costs: `Topology.byteps_local`, `Topology.byteps_remote`.
 
 Optimizer updates cost the profile's `update_s`. The per-call costs the profile lacks are charged
-by `simulate(..., overheads=...)` (`timeline.overheads`), by the same rule as for a driven algorithm.
+by `simulate(..., overheads=...)` (`timeline.costs`), by the same rule as for a driven algorithm.
 """
 from __future__ import annotations
 

@@ -13,14 +13,14 @@ known times, so no event queue is needed: the closed form of the discrete-event 
 
 With `Effects.contention` c > 0 (`timeline.effects`), a compute task progresses at rate 1/(1+c)
 while any of the rank's collectives is in flight (the union of its links' busy intervals known
-when the task starts), at rate 1 otherwise. With `Overheads.transfer` (`timeline.overheads`: the
+when the task starts), at rate 1 otherwise. With `Overheads.transfer` (`timeline.costs`: the
 backend's real, un-emulated collective cost on a CPU host), each collective's real transfer runs
 on the compute stream's cores from its issue (one real transfer after the other: gloo's thread),
 for its real cost, and a compute task progresses at rate 1/`Overheads.transfer_share` meanwhile;
 where both apply, the larger slow-down. A collective may be issued at a later time than the
 compute clock (`at`: Horovod's fusion cycle tick) or with a cost of its own (`seconds`).
 
-On a GPU host (`Overheads.host_share` set: `timeline.overheads`, (e)) the compute stream is the
+On a GPU host (`Overheads.host_share` set: `timeline.costs`, (e)) the compute stream is the
 device's, and the host that issues its work is a clock of its own: issuing a compute task of s device
 seconds costs the host `host_share` x s, a collective `issue_s`. The device runs a task no earlier
 than the host has begun issuing it and finishes it no earlier than the host has issued all of it; a
@@ -42,7 +42,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from .effects import OFF, Effects
-from .overheads import NONE, Overheads, out_bytes
+from .costs import NONE, Overheads, out_bytes
 from .topology import INTER, Topology
 
 COMPUTE = "compute"
@@ -110,7 +110,7 @@ class Rank:
         """Issue collective `kind` on `nbytes` over `size` ranks (default: all) on `link` at
         the compute clock (or at `at`, which may be past: a background thread's tick), costing `Topology.cost` (or `seconds`);
         returns its ready time. The compute stream does not wait, but with `overheads` it first
-        spends `issue_s` and one pass over `nbytes` (`overheads` module)."""
+        spends `issue_s` and one pass over `nbytes` (`costs` module)."""
         p = self.nproc if size is None else size
         if self.overheads.gpu:
             self.host += self.overheads.issue_s
@@ -160,7 +160,7 @@ class Rank:
 
     def wait(self, ready: float) -> None:
         """Block the compute stream until `ready` (a collective's ready time); with `overheads`,
-        the first wait for a collective then passes over its result (`overheads.out_bytes`)."""
+        the first wait for a collective then passes over its result (`costs.out_bytes`)."""
         self.t = max(self.t, ready)
         if self.pending:
             nbytes = self.pending.pop(ready, 0.0)

@@ -9,7 +9,7 @@ TCP over the same InfiniBand NICs, `rdma=2` in the survey's `benchmarks.py`) x 4
 GPUs in machines of 4, and each model's single-GPU throughput. Step time = batch x p / throughput.
 
 Predicted (`predict`): `timeline.simulate` of the method as the survey's launch scripts configure
-it (`METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/horovod_mpi_cj.sh`,
+it (`cases.SURVEY_METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/horovod_mpi_cj.sh`,
 `bytescheduler/horovod_mpi_cj.sh`, `byteps/launch.sh`, `byteps/byteps_distributed_optimizer.py`):
 
 - BSP-A2A: Horovod, threshold 536870912: all gradients in one all-reduce after backward
@@ -62,10 +62,11 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ...comm.netmodel import NetModel, parse_net
+from ..cases import HOROVOD_FUSION_MB, SURVEY_METHODS
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import WHATIF, Effects
-from .simulate import Prediction, RuntimeModel, runtime_model, simulate
+from .simulator import Prediction, RuntimeModel, runtime_model, simulate
 from .sweep import find_profile
 from .topology import PER_NODE, Topology
 
@@ -85,28 +86,9 @@ GPUS_PER_NODE = 4
 FIT_METHOD = "BSP-A2A"
 FIT_MODEL = "ResNet-50"
 CHECK_NPROC = 32
-SURVEY_EFFECTS = Effects(fusion_cycle_s=5e-3, fusion_threshold_bytes=64 * MiB, contention=WHATIF.contention)
+SURVEY_EFFECTS = Effects(fusion_cycle_s=5e-3, fusion_threshold_bytes=int(HOROVOD_FUSION_MB * MiB), contention=WHATIF.contention)
 
 
-@dataclass(frozen=True)
-class Method:
-    """A survey method as the simulator runs it: algorithm, parameters, schedule family."""
-
-    algo: str
-    params: dict[str, Any]
-    family: str                      # "all-reduce" or "PS"
-
-
-_PS = {"partition_mb": 4096000 / MiB}
-METHODS = {
-    "BSP-A2A": Method("no_overlap", {"bucket_mb": 536870912 / MiB}, "all-reduce"),
-    "WFBP-A2A": Method("wfbp", {}, "all-reduce"),
-    "MG-WFBP": Method("mgwfbp", {}, "all-reduce"),
-    "ByteScheduler-A2A": Method("bytescheduler", {"partition_mb": 4e6 / MiB, "credit_mb": 16e6 / MiB}, "all-reduce"),
-    "BSP-PS": Method("ps", {**_PS, "bucket_mb": 536870912 / MiB}, "PS"),
-    "WFBP-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
-    "ByteScheduler-PS": Method("ps", {**_PS, "bucket_mb": 0.0}, "PS"),
-}
 MODEL_COLUMNS = [f.name for f in fields(RuntimeModel)]      # the runtime model that predicted a row
 COLUMNS = ["model", "method", "family", "connection", "nproc", "split", "measured_throughput",
            "measured_s", "predicted_s", "error", "intra", "inter", *MODEL_COLUMNS]
@@ -150,13 +132,13 @@ def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Pro
 def topology(method: str, intra: NetModel, inter: NetModel) -> Topology:
     """The survey's machines of 4 GPUs over `intra` inside and `inter` between, with BytePS's
     separate server machines for a PS method."""
-    return Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if METHODS[method].family == "PS" else None)
+    return Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if SURVEY_METHODS[method].family == "PS" else None)
 
 
 def predict(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> Prediction:
     """The simulator's prediction of a survey `method` on `p` GPUs in machines of 4 (module doc),
     with the runtime model that made it (`Prediction.model`)."""
-    m = METHODS[method]
+    m = SURVEY_METHODS[method]
     return simulate(profile, m.algo, p, params=m.params, topology=topology(method, intra, inter),
                     effects=SURVEY_EFFECTS)
 
@@ -166,7 +148,7 @@ def runtime(method: str) -> RuntimeModel:
     simulating: the key of its error band (`error_band`)."""
     net = parse_net(INTRA_PRESET)
     assert net is not None
-    return runtime_model(METHODS[method].algo, METHODS[method].params, topology(method, net, net), SURVEY_EFFECTS)
+    return runtime_model(SURVEY_METHODS[method].algo, SURVEY_METHODS[method].params, topology(method, net, net), SURVEY_EFFECTS)
 
 
 def predict_step(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> float:
@@ -223,7 +205,7 @@ def error_table(measured: pd.DataFrame | None = None, fit_latency: bool = False)
         inter = fitted.inter[r.connection]
         pred = predict(profs[r.model], r.method, r.nproc, fitted.intra, inter)
         fitted_row = r.model == FIT_MODEL and r.method == FIT_METHOD and r.nproc < CHECK_NPROC
-        rows.append(dict(model=r.model, method=r.method, family=METHODS[r.method].family,
+        rows.append(dict(model=r.model, method=r.method, family=SURVEY_METHODS[r.method].family,
                          connection=r.connection, nproc=r.nproc,
                          split="check" if r.nproc == CHECK_NPROC else "fit" if fitted_row else "develop",
                          measured_throughput=r.throughput, measured_s=r.step_s, predicted_s=pred.step_s,
@@ -257,10 +239,10 @@ def markdown(table: pd.DataFrame) -> str:
                      f"{100 * r['max']:.1f}% | {int(r['count'])} |")
     check = table[table.nproc == CHECK_NPROC].pivot_table(index=["connection", "model"], columns="method",
                                                          values="error").reindex(list(FABRICS), level="connection")
-    lines += ["", "| network | model | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    lines += ["", "| network | model | " + " | ".join(SURVEY_METHODS) + " |", "|---|---|" + "---|" * len(SURVEY_METHODS)]
     for (connection, model), r in check.iterrows():
         lines.append(f"| {NETWORK_NAMES[connection]} | {model} | "
-                     + " | ".join(f"{100 * r[m]:+.1f}" for m in METHODS) + " |")
+                     + " | ".join(f"{100 * r[m]:+.1f}" for m in SURVEY_METHODS) + " |")
     return "\n".join(lines)
 
 

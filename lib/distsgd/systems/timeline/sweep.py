@@ -19,8 +19,8 @@ from ...errors import ConfigError
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import Effects
-from .overheads import Overheads
-from .simulate import ALGORITHMS, simulate
+from .costs import Overheads
+from .simulator import ALGORITHMS, simulate
 from .topology import Topology
 
 PROFILE_DIR = Path("reproduce") / "layer_profiles"

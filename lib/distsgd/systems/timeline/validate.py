@@ -21,8 +21,8 @@ from the first timed step's start to the link's last ready time (or the compute 
 divided by `steps` (`window_step`). With a short window this is not the steady state
 (`simulate`'s step_s): a period whose average overlaps the next period shows its drain.
 
-Per-call overheads (`timeline.overheads`: the issue cost per collective and the copy passes, on
-the compute stream) are measured by `overheads.measure()` at the start of `validate`, before the
+Per-call overheads (`timeline.costs`: the issue cost per collective and the copy passes, on
+the compute stream) are measured by `measure_costs.measure()` at the start of `validate`, before the
 benchmark, and charged by the same rule in every case; the table keeps the plain prediction
 (`predicted_plain_s`) beside it.
 
@@ -44,21 +44,13 @@ from ...training.caps import Caps
 from ...comm.netmodel import NetModel
 from ..layer_profile import Profile
 from ...paths import repo_root
-from .overheads import NONE, Overheads, for_profile, gpu_overheads, measure
-from .simulate import simulate
+from ..cases import DEFAULT_CASES, KAVG_CASE, LOCAL_CASES
+from ..measure_costs import measure, work_passes
+from .costs import NONE, Overheads, for_profile, gpu_overheads
+from .simulator import simulate
 from .sweep import PROFILE_DIR
 from .topology import Topology
 
-# The cases validated: the benchmark's schedules plus the local-update algorithms it can time.
-# Periods of 4 and a benchmark warm-up and step count that are multiples of 4 put the same number
-# of averages in every timed window; SSD-SGD skips its S-SGD warm-up (the steps-delay stage is
-# what the simulator models).
-LOCAL_CASES = [
-    {"algo": "local_sgd", "params": {"period": 4}, "label": "local SGD"},
-    {"algo": "cocod_sgd", "params": {"period": 4}, "label": "CoCoD-SGD"},
-    {"algo": "ssd_sgd", "params": {"period": 4, "warmup": 0}, "label": "SSD-SGD"},
-]
-KAVG_CASE = {"algo": "kavg", "params": {"period": 4, "local_groups": 2, "local_period": 2}, "label": "KAVG (2 groups)"}
 # A network whose modeled all-reduce of the whole gradient is 4x the compute (bandwidth term) with
 # the 10GbE-like latency share: communication dominates, so the emulation has headroom here.
 NETWORKS = {"comm-bound (4x)": (4.0, 0.015)}
@@ -69,7 +61,7 @@ RESOLUTION = 0.15   # the simulator's target bound on this machine's step times 
 
 def cases_for(p: int) -> list[dict[str, Any]]:
     """Every validated case at p ranks (KAVG with 2 groups needs p >= 4, even)."""
-    return bs.DEFAULT_CASES + LOCAL_CASES + ([KAVG_CASE] if p >= 4 and p % 2 == 0 else [])
+    return DEFAULT_CASES + LOCAL_CASES + ([KAVG_CASE] if p >= 4 and p % 2 == 0 else [])
 
 
 def committed_profile(model: str, batch_size: int, input_shape: tuple[int, ...], device: str = "cpu") -> Profile | None:
@@ -100,7 +92,7 @@ def window_step(profile: Profile, algo: str, nproc: int, net: NetModel | str, pa
     """Seconds per timed step of the benchmark's window (module docstring): `warmup` iterations,
     then `steps` iterations and a drain of every collective in flight, divided by `steps`."""
     from ...algorithms.registry import REGISTRY
-    from .simulate import resolve_network, stepper
+    from .simulator import resolve_network, stepper
     from .streams import Rank
     rank = Rank(resolve_network(net, None), nproc, overheads if overheads is not None else for_profile(profile))
     run, _, _ = stepper(profile, algo, rank, REGISTRY[algo].resolve_params(dict(params or {})))
@@ -121,7 +113,7 @@ def predict(bench: pd.DataFrame, profiles: dict[str, Profile], cases: Iterable[d
     NCCL's own, fitted from its measured collective times: `comm.nccl_tests.fit_collective_times`).
     With `warmup` and `steps` (the benchmark's), the prediction is of its timed window
     (`window_step`); without, the steady state (`simulate`). `overheads`: the per-call costs
-    charged on the compute stream (`timeline.overheads`; None: none). `scale` False: the profile's
+    charged on the compute stream (`timeline.costs`; None: none). `scale` False: the profile's
     own compute, not scaled to the measured one (a profile taken where the benchmark ran: the GPU
     check, `validate_gpu`)."""
     params = {c.get("label", c["algo"]): c.get("params", {}) for c in (cases or [])}
@@ -153,7 +145,7 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
              warmup: int = 8, repeats: int = 5, headroom_reps: int = 3, caps: Caps | None = None,
              overheads: Overheads | str | None = "measure"
              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Measure the per-call overheads ("measure": `overheads.measure()` now, at the start, before
+    """Measure the per-call overheads ("measure": `measure_costs.measure()` now, at the start, before
     the benchmark; or given; None: none), run the benchmark on every case of `cases_for(p)`,
     run the benchmark on every case of `cases_for(p)`, decide which networks are emulable here
     (`emulation_headroom`, before predicting), predict every pair with those overheads. Returns
@@ -183,7 +175,8 @@ def validate(models: Iterable[str] = ("mlp",), nprocs: Iterable[int] = (2, 4),
     table["load_start"], table["load_end"] = load_start, os.getloadavg()[0]
     table["issue_s"], table["copy_Bps"] = table.attrs["overheads"].issue_s, table.attrs["overheads"].copy_Bps
     ov = table.attrs["overheads"]
-    table["ssd_rule"], table["ssd_server"] = ov.ssd_rule, ov.ssd_server
+    for name in work_passes():
+        table[name] = ov.work.get(name)
     table["transfer"] = "; ".join(f"p={q}: {m.bandwidth_Bps / 1e9:.2f} GB/s, {1e6 * m.latency_s:.0f} us"
                                   for q, m in sorted(ov.transfer.items()))
     ok = headroom.set_index(["model", "nproc", "net_name"]).emulable
@@ -252,7 +245,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
                  host: pd.DataFrame | None = None, device: str = "cuda"
                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The check on one GPU (issues 17 and 33): p = 1 on NCCL, no emulation. The per-call costs
-    (`calls`: `overheads.measure_gpu_calls`) and each model's host and device time (`host`:
+    (`calls`: `measure_costs.measure_gpu_calls`) and each model's host and device time (`host`:
     `profiler.host_and_device`) are measured first unless given; each model's layer profile is
     measured now on this GPU (`profiler.measure`, 10 rounds after 3 warm-up, the benchmark's model
     options, shape and batch); the benchmark times every case of `cases_for(1)` on one NCCL rank;
@@ -263,7 +256,7 @@ def validate_gpu(models: Iterable[str] = ("resnet50", "bert_base"), batch_size: 
     import torch
 
     from ..profiler import measure
-    from .overheads import measure_gpu_calls
+    from ..measure_costs import measure_gpu_calls
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("validate_gpu needs a CUDA GPU")
     models, cases = list(models), cases_for(1)

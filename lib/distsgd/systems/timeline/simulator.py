@@ -47,7 +47,7 @@ from ...errors import ConfigError
 from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
-from .overheads import Overheads, for_profile
+from .costs import Overheads, for_profile
 from .stated import BytePS, DDP, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
@@ -64,7 +64,7 @@ class RuntimeModel:
     formulas (BytePS's server placement, hierarchical all-reduce); its resolved parameters (`params`,
     JSON with sorted keys; a stated model's own parameters, Horovod's fusion cycle, included); the
     compute `contention` (`Effects`); and the per-call `overheads` given to `simulate` ("the
-    profile's": none given, `overheads.for_profile`). Two predictions share a measured error band
+    profile's": none given, `costs.for_profile`). Two predictions share a measured error band
     only when they share all of it (`timeline.error_band`)."""
 
     algo: str
@@ -160,7 +160,7 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
              effects: Effects | None = None) -> Prediction:
     """Steady-state step of `algo` (with `params`, the algorithm's `Param`s; defaults filled in)
     on `nproc` ranks with `profile`'s per-layer times over `net` (flat) or `topology`.
-    `overheads` (`timeline.overheads.Overheads`; default None: `overheads.for_profile`, none on a
+    `overheads` (`timeline.costs.Overheads`; default None: `costs.for_profile`, none on a
     CPU profile, the committed GPU host's costs on a GPU profile) charges per-collective issue costs
     and copy passes, by one rule for every schedule; on the compute stream they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
     None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
