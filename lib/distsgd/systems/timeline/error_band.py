@@ -5,11 +5,11 @@ The survey's benchmark (Shi et al.; HKBU-HPML/ddl-benchmarks) predicted row by r
 gives, per runtime model and fabric, the extremes of predicted / measured - 1. Every row of that
 table carries the runtime model that predicted it (`simulate.RuntimeModel`: the schedule, the kit's
 class or the stated model of another library's runtime that charged it, its resolved parameters,
-the compute contention and the per-call overheads). The rule, fixed before any projection is made:
+the compute contention, the per-call overheads and the topology's family, its ranks per node). The rule, fixed before any projection is made:
 
 - A projected step time is covered when the survey's rows hold predictions of the *same runtime
-  model* (`simulate.runtime_model` of the projection's schedule, parameters, topology, effects and
-  overheads, known before it is simulated; every field equal) on the same fabric (`net`, a preset or
+  model* (`simulate.runtime_model` of the projection's schedule, parameters, topology (its family:
+  nodes of 4 GPUs for every survey row), effects and overheads, known before it is simulated; every field equal) on the same fabric (`net`, a preset or
   a network spec, is the network a survey connection's fit starts from, `timeline.survey.FABRICS`:
   10GbE, 100GbE-TCP = 100 Gbit/s with 20 us, or IB-EDR; compared by bandwidth and latency, not by
   name). Its band is [lo, hi], the smallest and largest error (predicted / measured - 1) of every
