@@ -35,7 +35,7 @@ import pandas as pd
 from ..comm.ledger import Ledger
 from .config import Config
 from ..files import load_tensors, read_summary, save_tensors, write_csv_atomic, write_json_atomic
-from .liveness import status_of
+from .liveness import PID_FILE, status_of
 from .metrics_log import SUMMED, merge_metrics, metrics_file, read_metrics
 from .provenance import code_version
 
@@ -172,6 +172,12 @@ class Result:
         steps' set-up (connections, caches) or by one stall of a shared machine."""
         rate = self.step_seconds()
         return float(rate.median()) if len(rate) else float(self.summary["step_time_s"])
+
+    def hosts(self) -> list[str]:
+        """The distinct hosts its ranks ran on, sorted (each rank's pid file, RUN_DIR/ranks, names
+        its host); [] for a run whose ranks left none."""
+        names = [(self.path / "ranks" / PID_FILE.format(rank=r)) for r in range(self.config.nproc)]
+        return sorted({p.read_text().split()[0] for p in names if p.is_file() and p.read_text().split()})
 
     @property
     def label(self) -> str:
