@@ -4,6 +4,7 @@ from it (`timeline.error_band`)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -139,3 +140,31 @@ def test_result_compute_time_leaves_out_the_wait(tmp_path: Path) -> None:
     r = Result.load(fake_run(tmp_path, ["a", "b"]))
     assert r.steady_step_time() == pytest.approx(STEP_S)
     assert r.steady_step_time(waited=False) == pytest.approx(STEP_S - WAIT_S)
+
+
+def test_notebook_runner_records_its_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reproduce/run.py, after a notebook that finished a run on two hosts (here: wrote its summary
+    again), records it in the results root's table over the profile's fabric; the notebook again
+    adds no second row; a profile's fabric that is no network stops it before any notebook."""
+    from test_reproduce import Project, make_notebook, run_module
+
+    project = Project(tmp_path)
+    for d in (project.notebooks, project.profiles, project.figures):
+        d.mkdir()
+    results = tmp_path / "results"
+    summary = fake_run(results, ["node1", "node2"]) / "summary.json"
+    os.utime(summary, (0, 0))                     # long before: a run no notebook of this invocation finished
+    make_notebook(project.notebooks / "00_alpha.ipynb", "dry_run = False", f"import os; os.utime({str(summary)!r})")
+    project.profile("test", {"defaults": {}, "notebooks": {}, "fabric": "10GbE"})
+    env = {"DISTSGD_RESULTS": str(results), rv.FABRIC_ENV: "", rv.INSIDE_ENV: "",
+           "PYTHONPATH": str(Path(__file__).parent.parent / "lib")}
+    proc = project.run(env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "00_alpha: 1 run(s) on several GPUs or nodes compared with the simulator" in proc.stdout
+    table = rv.load_runs(rv.runs_csv(results))
+    assert len(table) == 1 and table.fabric.iloc[0] == "10GbE" and table.predicted_s.iloc[0] > 0
+    monkeypatch.setenv("DISTSGD_RESULTS", str(results))
+    run_module().record_validation("00_alpha", 0, rv.Fabric("10GbE"))          # the notebook again
+    assert rv.load_runs(rv.runs_csv(results)).equals(table)
+    project.profile("test", {"notebooks": {}, "fabric": "ten furlongs"})
+    assert project.main() == 2

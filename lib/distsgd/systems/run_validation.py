@@ -106,9 +106,9 @@ class Fabric:
         return self.inside or self.between
 
 
-def runs_csv() -> Path:
-    """The table of the user's runs: <results root>/validation/runs.csv."""
-    return results_root() / RUNS_CSV
+def runs_csv(root: Path | None = None) -> Path:
+    """The table of the user's runs: <results root (`paths.results_root`, or `root`)>/validation/runs.csv."""
+    return Path(root or results_root()) / RUNS_CSV
 
 
 def load_runs(path: Path | None = None) -> pd.DataFrame:
