@@ -23,16 +23,17 @@ STEP_S, WAIT_S = 0.05, 0.02          # seconds per step, of which blocked in col
 
 
 def fake_run(root: Path, hosts: list[str], nproc: int = 4, net: str = "", algo: str = "ssgd",
-             step_s: float = STEP_S) -> Path:
+             step_s: float = STEP_S, gpus: bool = False) -> Path:
     """A run directory as a finished run leaves it (`training.results`): config.json, env.json,
     metrics.csv (logged every LOG_EVERY steps: wall_s, comm_wait_s), summary.json and each rank's
     pid file naming its host (rank r on hosts[r * len(hosts) // nproc])."""
     config = Config(algo=algo, model="mlp", data="synthetic-logistic", nproc=nproc, steps=STEPS, batch_size=16,
-                    log_every=LOG_EVERY, net=net, name=f"fake-{algo}-{len(hosts)}").validate()
+                    log_every=LOG_EVERY, net=net, device="cuda" if gpus else "auto",
+                    name=f"fake-{algo}-{len(hosts)}-{nproc}").validate()
     run = root / config.run_name()
     (run / "ranks").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(config.to_dict()))
-    (run / "env.json").write_text(json.dumps({"cuda_available": False, "hostname": hosts[0]}))
+    (run / "env.json").write_text(json.dumps({"cuda_available": gpus, "hostname": hosts[0]}))
     steps = list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
     pd.DataFrame({"step": steps, "wall_s": [s * step_s for s in steps],
                   "comm_wait_s": [s * WAIT_S for s in steps]}).to_csv(run / "metrics.csv", index=False)
@@ -91,11 +92,21 @@ def test_emulated_run_crossed_its_own_network(results: Path) -> None:
 
 def test_runs_without_a_row(results: Path) -> None:
     fake_run(results, ["node1"])                                   # 4 CPU ranks on one host
+    fake_run(results, ["node1"], nproc=1, gpus=True)               # one GPU
     fake_run(results, ["node1", "node2", "node3"], nproc=4)        # 2, 1, 1 ranks
     told = sorted(t for _, t in rv.record_runs([results], rv.Fabric("10GbE")))
-    assert told[0].startswith("no row: 4 CPU rank(s) on one host")
-    assert told[1].startswith("no row: 4 ranks on 3 hosts")
+    assert told[0].startswith("no row: 1 GPU rank(s) on one host")
+    assert told[1].startswith("no row: 4 CPU rank(s) on one host")
+    assert told[2].startswith("no row: 4 ranks on 3 hosts")
     assert not rv.runs_csv().exists()
+
+
+def test_gpus_of_one_node_cross_the_link_inside_it(results: Path) -> None:
+    fake_run(results, ["node1"], nproc=4, gpus=True)
+    assert rv.record_runs([results], rv.Fabric("IB-EDR", "NVLink"))[0][1].startswith("recorded")
+    r = rv.load_runs().iloc[0]
+    assert (r.nodes, r.device, r.fabric, r.topology) == (1, "cuda", "NVLink", "4 ranks per node")
+    assert r.predicted_s > 0
 
 
 def test_since_leaves_older_runs(results: Path) -> None:

@@ -122,8 +122,8 @@ def load_runs(path: Path | None = None) -> pd.DataFrame:
 
 def why_not(result: Result) -> str:
     """'' when `result` gets a row (module doc), else why not: not finished, one GPU or CPU ranks
-    on one host, ranks spread unevenly over its hosts, per-rank parameters (which the simulator's
-    identical ranks cannot have), or metrics without the ledger's wait."""
+    on one host, hosts not recorded, ranks spread unevenly over its hosts, per-rank parameters (which
+    the simulator's identical ranks cannot have), or metrics without the ledger's wait."""
     c, s = result.config, result.summary
     if s.get("status") != "finished":
         return f"its status is {s.get('status')!r}, not finished"
@@ -131,6 +131,8 @@ def why_not(result: Result) -> str:
     gpus = _on_gpus(result)
     if len(hosts) <= 1 and not (gpus and c.nproc > 1):
         return f"{c.nproc} {'GPU' if gpus else 'CPU'} rank(s) on {'one host' if hosts else 'no recorded host'}"
+    if not hosts:
+        return f"{c.nproc} GPU ranks whose hosts are not recorded (no pid files in its ranks/)"
     if c.nproc % len(hosts):
         return f"{c.nproc} ranks on {len(hosts)} hosts: not the same number on each"
     per_rank = [p.name for p in REGISTRY[c.algo].params if p.per_rank and c.params.get(p.name)]
