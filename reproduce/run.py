@@ -110,7 +110,7 @@ DEFAULT_NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 DEFAULT_PROFILES_DIR = REPO_ROOT / "reproduce" / "profiles"
 DEFAULT_RUNS_DIR = REPO_ROOT / "reproduce" / "runs"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-PROFILE_KEYS = frozenset({"defaults", "notebooks", "pilots", "release_data"})
+PROFILE_KEYS = frozenset({"defaults", "notebooks", "pilots", "release_data", "fabric", "fabric_inside"})
 VERDICTS = ("reproduced", "contradicted", "inconclusive")  # distsgd.verdicts.claims.VERDICTS
 SUMMARY_COLUMNS = ("notebook", "status", "minutes", *VERDICTS, "claims_total", "executed")
 # default caps of a dry run (distsgd.training.caps.Caps; its DISTSGD_MAX_* variables override them)
@@ -123,6 +123,9 @@ DRY_RUN_SHAPES = ("1x8", "2x8", "4x4")
 # the notebook parameters that count the ranks of runs (one GPU each where the notebook's backend is
 # nccl); others that count workers do not start them (10's cluster_nprocs: a what-if of the simulator)
 RANK_PARAMETERS = ("nproc", "nprocs", "bench_nprocs", "timing_nproc")
+# a run whose summary was written up to this long before its notebook started counts as the notebook's
+# (`record_validation`: the clocks of other nodes); a run already in the table is never added twice
+VALIDATION_MARGIN_S = 60
 
 _print_lock = threading.Lock()
 
@@ -191,6 +194,8 @@ class Profile:
     notebooks: dict[str, dict[str, Any]]
     pilots: dict[str, dict[str, Any]] = field(default_factory=dict)   # reproduce/register.py --pilot
     release_data: bool = False      # its runs read the datasets' release files only (`check_release_data`)
+    fabric: str = ""                # the real network between nodes its runs cross (`validation_fabric`)
+    fabric_inside: str = ""         # and inside a node ('' the same)
 
 
 @dataclass
@@ -271,8 +276,13 @@ def load_profile(name: str, profiles_dir: Path) -> Profile:
     release_data = data.get("release_data", False)
     if not isinstance(release_data, bool):
         raise UsageError(f"profile {path}: release_data must be true or false, got {release_data!r}")
+    fabric = {key: data.get(key, "") or "" for key in ("fabric", "fabric_inside")}
+    for key, value in fabric.items():
+        if not isinstance(value, str):
+            raise UsageError(f"profile {path}: {key} must be a network (a preset such as IB-EDR, or a --net spec), "
+                             f"got {value!r}")
     return Profile(name=name, path=path, defaults=defaults, notebooks=notebooks, pilots=pilots,
-                   release_data=release_data)
+                   release_data=release_data, **fabric)
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -651,13 +661,16 @@ def execute(
     kernel: str,
     log_output: bool,
     shared: SharedKernels | None = None,
+    fabric: Any = None,
 ) -> NotebookOutcome:
     """Run one notebook with papermill (in its own kernel, or in its slot's `shared` one) and
-    collect its claims; never raises."""
+    collect its claims; with a `fabric` (`validation_fabric`), then record its runs on several GPUs
+    or nodes in the validation table (`record_validation`). Never raises."""
     output = out_dir / f"{plan.name}.ipynb"
     claims_csv = figures_dir / plan.name / "claims.csv"
     before = _mtime_ns(claims_csv)
     start = time.monotonic()
+    started_ns = time.time_ns()
     status = "ok"
     kernel_log = out_dir / f"{plan.name}.kernel.log" if shared is None else shared.log_of_this_slot()
     km = None
@@ -681,6 +694,8 @@ def execute(
             shared.release(km)
     minutes = (time.monotonic() - start) / 60
     claims = read_claims(claims_csv, before)
+    if fabric is not None:
+        record_validation(plan.name, started_ns, fabric)
     return NotebookOutcome(
         name=plan.name,
         status=status,
@@ -698,9 +713,11 @@ def run_all(
     kernel: str,
     log_output: bool,
     share_kernels: bool = False,
+    fabric: Any = None,
 ) -> list[NotebookOutcome]:
     """Execute the runnable plans, ``jobs`` at a time (each in a kernel of its own, or with
-    `share_kernels` in its slot's `SharedKernels` kernel); results in notebook order.
+    `share_kernels` in its slot's `SharedKernels` kernel), each followed by its runs' validation
+    rows where a `fabric` is given (`execute`); results in notebook order.
 
     On `Interrupted` (SIGINT, SIGTERM): the notebooks not started are cancelled, the kernels and
     their workers stopped (`stop_descendants`), and the exception re-raised carrying every
@@ -723,7 +740,7 @@ def run_all(
     shared = SharedKernels(kernel, out_dir) if share_kernels else None
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="papermill") as pool:
         futures = [
-            pool.submit(execute, plan, out_dir, figures_dir, kernel, log_output, shared)
+            pool.submit(execute, plan, out_dir, figures_dir, kernel, log_output, shared, fabric)
             for plan in runnable
         ]
         for plan in runnable[:jobs]:
@@ -756,6 +773,49 @@ def run_all(
     if shared is not None:
         shared.shutdown()
     return [results[plan.name] for plan in plans]
+
+
+# --------------------------------------------------------------------------- the simulator's validation
+
+
+def validation_fabric(profile: Profile, env: Mapping[str, str] = os.environ) -> Any:
+    """The fabric the notebooks' runs over the real network cross (`distsgd.systems.run_validation.
+    Fabric`): $DISTSGD_FABRIC (and $DISTSGD_FABRIC_INSIDE) where set, else the profile's ``fabric``
+    (and ``fabric_inside``); '' unknown. UsageError for one that is not a network."""
+    sys.path.insert(0, str(REPO_ROOT / "lib"))
+    from distsgd.systems.run_validation import FABRIC_ENV, INSIDE_ENV, Fabric
+
+    between, inside = ((env[FABRIC_ENV], env.get(INSIDE_ENV, "")) if env.get(FABRIC_ENV)
+                       else (profile.fabric, profile.fabric_inside))
+    try:
+        return Fabric(between, inside)
+    except ValueError as exc:                  # distsgd.ConfigError
+        raise UsageError(f"the fabric of profile {profile.name} (or ${FABRIC_ENV}): {exc}") from exc
+
+
+def record_validation(name: str, started_ns: int, fabric: Any) -> None:
+    """Compare the runs notebook `name` finished on several GPUs or nodes (their summaries written
+    since `started_ns`, less `VALIDATION_MARGIN_S`, under the results root) with the simulator's
+    prediction and record them in the validation table (`run_validation.record_runs` over `fabric`),
+    saying how many were added. Never raises: a notebook's outcome does not depend on it."""
+    try:
+        from distsgd.paths import results_root
+        from distsgd.systems.run_validation import record_runs, runs_csv
+
+        root = results_root(REPO_ROOT)
+        if not root.is_dir():
+            return
+        since = started_ns - VALIDATION_MARGIN_S * 10**9
+        added = [told for _, told in record_runs([root], fabric, runs_csv(root), since)
+                 if told.startswith(("recorded", "replaced"))]
+    except Exception as exc:  # noqa: BLE001 - reported, the notebook's outcome stands
+        say(f"{name}: its runs were not compared with the simulator: {_first_line(exc)}", file=sys.stderr)
+        return
+    if added:
+        unknown = sum("fabric unknown" in told for told in added)
+        say(f"{name}: {len(added)} run(s) on several GPUs or nodes compared with the simulator in {runs_csv(root)}"
+            + (f" ({unknown} without a prediction: name the fabric, $DISTSGD_FABRIC or the profile's fabric)"
+               if unknown else ""))
 
 
 # --------------------------------------------------------------------------- reporting
@@ -1139,6 +1199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"python reproduce/run.py --profile {profile.name} --prepare-data [--download]", file=sys.stderr)
             return 2
         os.environ[RELEASE_ENV] = "1"         # the kernels' runs refuse a stand-in (distsgd.data.release)
+    try:
+        fabric = validation_fabric(profile)
+    except UsageError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return 2
     kernel_environment(profile.name, figures_dir)
     if overrides and not args.dry_run:        # other tests than the profile's: their own registrations
         os.environ.setdefault("DISTSGD_REGISTERED", str(out_dir / "registered"))
@@ -1153,7 +1218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, on_signal)
     try:
         results = run_all(plans, out_dir, figures_dir, args.jobs, args.kernel, args.log_output,
-                          args.share_kernels)
+                          args.share_kernels, fabric)
     except Interrupted as exc:
         return report_interrupted(exc, out_dir / "summary.csv")
 

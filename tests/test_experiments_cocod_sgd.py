@@ -15,9 +15,12 @@ from distsgd.verdicts import registration
 from distsgd.verdicts.claims import Claims
 from distsgd.comm import parse_net
 from distsgd.experiments import cocod_sgd as exp
+from distsgd.training.allocation import Allocation
 from distsgd.training.results import Result
+from distsgd.verdicts.headlines import AT_PAPER_SETTING, HOWS, headline_table
 
 NAMES = exp.method_names(4)
+OWN_SETTING, ONE_HOST = exp.paper_setting({}, "mlp"), Allocation.parse("1x0")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,7 +46,7 @@ def registered(extra=(), repeats=9, projected: dict | None = None) -> Claims:
     claims = Claims("01_cocod_sgd")
     exp.register_claims(claims, 4, 3, list(extra), repeats)
     if projected is not None:
-        projected["profiles"], projected["bands"] = exp.register_projection(claims, 4)
+        projected["profiles"], projected["bands"] = exp.register_projection(claims, 4, OWN_SETTING, ONE_HOST)
     claims.preregister(dry_run=True)
     return claims
 
@@ -97,10 +100,10 @@ def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
     claims = Claims("01_cocod_sgd")
     p = notebook_defaults("01_cocod_sgd")
     exp.register_claims(claims, p["period"], p["seeds"], p["extra_models"], p["repeats"])
-    exp.register_projection(claims, p["period"])
+    exp.register_projection(claims, p["period"], exp.paper_setting(p["paper_setting"], p["model"]), ONE_HOST)
     design = exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "extra_models",
                                          "period", "comm_ratios", "latency", "repeats", "control_repeats", "pair_steps",
-                                         "timing_nproc", "timing_batch_size", "backend")))
+                                         "timing_nproc", "timing_batch_size", "backend", "paper_setting")))
     committed = json.loads((ROOT / "reproduce" / "registered" / "quick" / "01_cocod_sgd.json").read_text())
     assert registration.differences(claims.registered_tests(), design, committed) == []
     tests = committed["tests"]
@@ -228,7 +231,7 @@ def test_projection_table_and_its_decisions(tmp_path) -> None:
     assert set(exp.PROJ_COLUMNS) <= set(proj.columns)
     exp.plot_projection(proj, "mlp on digits", tmp_path / "p.png")
     assert (tmp_path / "p.png").exists()
-    exp.decide_projection(claims, proj, profiles, bands, reach, 0.25, 4, "mlp on digits")
+    exp.decide_projection(claims, proj, profiles, bands, reach, 0.25, 4, "mlp on digits", OWN_SETTING)
     t = claims.table().set_index("id")
     r = proj[proj.model == "resnet18"].set_index("label").step_s
     assert t.loc["proj_time_to_target_vs_ssgd", "estimate"] == pytest.approx(r[NAMES["ssgd"]] / r[NAMES["cocod_sgd"]])
@@ -253,3 +256,48 @@ def test_decide_per_iteration_and_hidden() -> None:
     assert exp.decide_hidden(claims, pairs, 0.1, 2) == "reproduced"
     assert t.shape and claims.table().set_index("id").loc["hidden_communication", "measured"].endswith(
         "control (local SGD, run first) median 10%")
+
+
+def on_hosts(r: Result, hosts: list[str]) -> Result:
+    """`r` with rank i's pid file naming host hosts[i]."""
+    (r.path / "ranks").mkdir(exist_ok=True)
+    for rank, host in enumerate(hosts):
+        (r.path / "ranks" / f"pid_rank{rank}").write_text(f"{host} {100 + rank}\n")
+    return r
+
+
+@pytest.mark.parametrize("hosts, measured", [(["node1", "node2", "node3"], True), (["node1"] * 3, False)])
+def test_the_rehearsals_three_nodes_decide_the_headline_by_measurement(tmp_path, hosts, measured) -> None:
+    """Under the rehearsal profile (its `paper_setting`: three nodes stand for the paper's setting,
+    the mlp for both models) the paper-scale claims are registered with both ways, prechecked on no
+    allocation of three nodes, and decided by the runs on the real network where their ranks ran on
+    three hosts: 01's headline then reads as measured at the paper's setting. On one host they stay
+    projected (and, no band covering them, not covered)."""
+    import yaml
+
+    value = yaml.safe_load((ROOT / "reproduce" / "profiles" / "rehearsal.yaml").read_text())["notebooks"]["01_cocod_sgd"]["paper_setting"]
+    setting = exp.paper_setting(value, "mlp")
+    assert (setting.nproc, setting.nodes, setting.models) == (3, 3, tuple(exp.PROJ_MODELS))
+    claims = Claims("01_cocod_sgd")
+    exp.register_claims(claims, 4, 3, [], 9)
+    profiles, bands = exp.register_projection(claims, 4, setting, Allocation.parse("3x0"))
+    claims.preregister(dry_run=True)
+    assert "measured at the paper's setting instead where" in claims._get("proj_time_to_target_vs_ssgd").test.statistic
+    assert not any(claims._get(c).precheck for c in bands)
+    real = {NAMES[a]: on_hosts(result(tmp_path, a, step_s=s, nproc=3), hosts)
+            for a, s in (("ssgd", 0.03), ("local_sgd", 0.02), ("cocod_sgd", 0.01))}
+    reach = {n: {"step": 8.0, "wall_s": 1.0} for n in real}
+    proj = exp.projection_table(profiles, 4, reach, tmp_path)
+    exp.decide_projection(claims, proj, profiles, bands, reach, 0.25, 4, "mlp on digits", setting, real)
+    t = claims.table().set_index("id")
+    row = headline_table(claims.table().assign(notebook="01_cocod_sgd")).iloc[0]
+    if measured:
+        assert t.loc["proj_time_to_target_vs_ssgd", "estimate"] == pytest.approx(3.0)
+        assert t.loc["proj_time_to_target_vs_ssgd_vgg16", "verdict"] == "reproduced"
+        assert t.loc["proj_time_to_target_vs_ssgd", "measured"].startswith("measured at the paper's setting (3 runs of 3 workers on 3 nodes")
+        assert row.how.startswith(AT_PAPER_SETTING) and row.verdict == "reproduced"
+    else:
+        assert t.loc[list(bands), "verdict"].eq("inconclusive").all()
+        assert "did not span the paper's setting" in t.loc["proj_time_to_target_vs_ssgd", "reason"]
+        assert row.how.startswith(HOWS["projected"])
+    assert exp.runs_at_setting(setting, {"nproc": 3}, 4, Allocation.parse("1x0")) is None

@@ -3,6 +3,7 @@ survey's cluster for the same runtime model (or is inconclusive, not covered, wh
 model exists); tables from the simulator."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ from distsgd.comm.netmodel import parse_net
 from distsgd.verdicts import projection as pj
 from distsgd.systems.timeline import error_band as eb, survey
 from distsgd.systems.timeline.simulator import runtime_model
+from distsgd.systems.timeline.topology import Topology
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.systems.layer_profile import Layer, Profile
 
@@ -74,6 +76,20 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     assert pj.register(claims, "proj_ps", "claim", "paper", "PS / PS + partition", ">=", 1.0, "superiority", NULL,
                        [(kit_ps, "10GbE")], [(byteps, "10GbE")]) is None
     assert "not covered" in claims.claims["proj_ps"].precheck and "class PS" in claims.claims["proj_ps"].precheck
+
+
+def test_a_band_measured_on_nodes_of_four_never_decides_a_flat_ring():
+    """The topology's family (ranks per node) is part of the key: the survey's Horovod WFBP rows
+    (4 GPUs per machine) cover that runtime model in nodes of 4, never on one rank per node."""
+    wfbp = survey.SURVEY_METHODS["WFBP-A2A"]
+    net = parse_net("10GbE")
+    nodes_of_4, flat = (runtime_model(wfbp.algo, wfbp.params, Topology(g, net, net), survey.SURVEY_EFFECTS)
+                        for g in (4, 1))
+    assert nodes_of_4 == WFBP_A2A and flat.topology == "1 rank per node" != WFBP_A2A.topology
+    assert flat == dataclasses.replace(WFBP_A2A, topology="1 rank per node")
+    assert eb.measured_error(nodes_of_4, "10GbE").rows == 12
+    with pytest.raises(eb.Uncovered, match="topology 1 rank per node; the survey's wfbp rows: 4 ranks per node"):
+        eb.measured_error(flat, "10GbE")
 
 
 def test_notebook_07s_ps_claims_are_not_decided_by_bytepss_band():

@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,results,data,bench,profile,simulate,worker}`.
+"""Command line: `python -m distsgd {train,list,show,results,data,bench,profile,simulate,validate-run,worker}`.
 
 This module only dispatches: the commands of runs are `run_commands`'s, the datasets' release files
 `data_commands`'s, those of the systems side (benchmarks, profiles, the simulator)
@@ -29,6 +29,7 @@ EXAMPLES = """examples:
   python -m distsgd simulate --model resnet50 --batch-size 64 --iter-time 0.2529 --algos no_overlap,wfbp,mgwfbp,ps \\
       --nprocs 4,8,16,32 --gpus-per-node 4 --net "mine:bandwidth=9.9Gbps,latency=50us" --csv out.csv --plot out.png
   python -m distsgd simulate --model bert_large --batch-size 8 --throughput 49 --nccl-tests all_reduce_perf.txt
+  python -m distsgd validate-run results/ --fabric IB-EDR --inside NVLink   # your runs extend the error bands
 """
 
 

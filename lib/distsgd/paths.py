@@ -14,10 +14,11 @@ def repo_root(start: Path | None = None) -> Path:
     return here
 
 
-def results_root() -> Path:
-    """Run directories live here: $DISTSGD_RESULTS, else <repo>/results."""
+def results_root(start: Path | None = None) -> Path:
+    """Run directories live here: $DISTSGD_RESULTS, else <repo>/results (the repository at or above
+    `start`, default the working directory)."""
     env = os.environ.get("DISTSGD_RESULTS")
-    return Path(env) if env else repo_root() / "results"
+    return Path(env) if env else repo_root(start) / "results"
 
 
 QUICK_PROFILE = "quick"          # the profile whose figures and claims are committed in <repo>/figures

@@ -23,11 +23,16 @@ from ..systems.layer_profile import Profile
 from ..training.results import Result
 from ..training.runner import run
 from ..systems.timeline.error_band import RatioBand
+from ..training.allocation import Allocation
+from ..verdicts.setting import PaperSetting
 
 # the paper's setting (SPECS.md a, its abstract), fixed here before the projection; not parameters of the notebook
 PROJ_DEVICE, PROJ_BATCH, PROJ_NPROC = "GTX1080Ti-fp32", 128, 16
 PROJ_MODELS = {"resnet18": "", "vgg16": "_vgg16"}      # model -> claim id suffix
 PROJ_NET = "10GbE"                                      # [assumption]: the paper's network is not in the text we have
+PAPER_NODES = 2          # [assumption]: the paper's layout is not in the text we have; its 16 workers span machines
+AT_SETTING_STAT = ("95% interval of the median over the logged periods (median_interval) of the time-to-target ratio "
+                   "of this notebook's three methods on the real network")
 NULL_ORDER = "null: no difference, ratio 1 (Fig. 1 orders the methods, it gives no size)"
 UP_TO = ("paper: abstract, \"when training ResNet18 and VGG16 with 16 Geforce GTX 1080Ti GPUs, CoCoD-SGD is up to "
          "2-3x faster than traditional synchronous SGD\": the lower end, 2")
@@ -95,24 +100,47 @@ def precheck_cores(claims: Claims, timing_nproc: int) -> tuple[int, bool]:
     return cores, oversubscribed
 
 
-def register_projection(claims: Claims, period: int) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
+def paper_setting(value: dict[str, Any] | None, model: str) -> PaperSetting:
+    """The paper's setting (`verdicts.setting`): `PROJ_NPROC` workers on `PAPER_NODES` nodes, the
+    notebook's `model` standing for its own claims where it is one of `PROJ_MODELS`; a profile's
+    ``paper_setting`` parameter `value` names a stand-in (the rehearsal's three nodes)."""
+    return PaperSetting.parse(value, PROJ_NPROC, PAPER_NODES, [model] if model in PROJ_MODELS else [])
+
+
+def register_projection(claims: Claims, period: int, setting: PaperSetting,
+                        allocation: Allocation | None = None) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
     """Load the committed layer profile of each model of `PROJ_MODELS` on `PROJ_DEVICE` at `PROJ_BATCH`
     and register its projected claims (`PROJ_CLAIMS`), each to be decided within the simulator's error
     measured on a real cluster for the same runtime models (`projection_cases` with `period`) on
     `PROJ_NET` (`projection.register`: a runtime model no measurement covers leaves the claim
-    inconclusive by that precheck, before the projection). Returns the profiles and each claim id's band."""
+    inconclusive by that precheck, before the projection). The claims of the models `setting` names
+    are measured instead where the runs span it (`AT_SETTING_STAT`); their precheck applies only
+    where `allocation` (default: this process's, `Allocation.detect`) cannot span it. Returns the
+    profiles and each claim id's band."""
     profiles = {m: projection.load_profile(m, PROJ_DEVICE, PROJ_BATCH) for m in PROJ_MODELS}
     model = {c["algo"]: projection.runtime(c, PROJ_NET) for c in projection_cases(period)}
+    reachable = setting.reachable(allocation or Allocation.detect())
     bands = {}
     for m, sfx in PROJ_MODELS.items():
         label = projection.describe(profiles[m], PROJ_NPROC, PROJ_NET)
+        at_setting = (setting, AT_SETTING_STAT, reachable) if m in setting.models else None
         for cid, claim, paper, slower, faster, threshold, form, source in PROJ_CLAIMS:
             bands[cid + sfx] = projection.register(
                 claims, cid + sfx, f"{m} at the paper's scale: {claim}", paper,
                 f"{label}: time to target ratio {SHORT_NAME[slower]} / {SHORT_NAME[faster]} (steps to target from "
                 "this notebook's runs x projected s/iteration)", ">=", threshold, form, source,
-                [(model[slower], PROJ_NET)], [(model[faster], PROJ_NET)])
+                [(model[slower], PROJ_NET)], [(model[faster], PROJ_NET)], at_setting)
     return profiles, bands
+
+
+def runs_at_setting(setting: PaperSetting, common: dict[str, Any], period: int,
+                    allocation: Allocation | None = None) -> dict[str, Result] | None:
+    """S-SGD, local SGD and CoCoD-SGD (`run_methods`) on the real network (no emulation) where
+    `common`'s runs can span `setting` (its workers, and `allocation`'s nodes: `PaperSetting.reachable`),
+    else None (nothing run)."""
+    if common["nproc"] < setting.nproc or not setting.reachable(allocation or Allocation.detect()):
+        return None
+    return run_methods("", common, period)
 
 
 def projection_cases(period: int) -> list[dict[str, Any]]:
@@ -125,11 +153,13 @@ def projection_cases(period: int) -> list[dict[str, Any]]:
 
 def design(seed: int, seeds: int, steps: int, nproc: int, batch_size: int, model: str, data: str, extra_models: list[str],
            period: int, comm_ratios: list[float], latency: str, repeats: int, control_repeats: int, pair_steps: int,
-           timing_nproc: int, timing_batch_size: int, backend: str) -> dict[str, Any]:
+           timing_nproc: int, timing_batch_size: int, backend: str,
+           paper_setting: dict[str, Any] | None = None) -> dict[str, Any]:
     """What fixes the deciding runs (`Claims.preregister`'s design): seeds, steps, ranks, batch, model,
-    data, period, the network sweep's rule, the timing pairs and the backend; and the projection's
-    setting (device, models, batch, workers, network)."""
-    return {"seed": seed, "seeds": seeds, "steps": steps, "nproc": nproc, "batch_size": batch_size, "model": model,
+    data, period, the network sweep's rule, the timing pairs and the backend; the projection's
+    setting (device, models, batch, workers, network); and a profile's stand-in `paper_setting`
+    where it names one."""
+    return ({"paper_setting": dict(paper_setting)} if paper_setting else {}) | {"seed": seed, "seeds": seeds, "steps": steps, "nproc": nproc, "batch_size": batch_size, "model": model,
             "data": data, "extra_models": list(extra_models), "period": period, "comm_ratios": list(comm_ratios),
             "latency": latency, "repeats": repeats, "control_repeats": control_repeats, "pair_steps": pair_steps,
             "timing_nproc": timing_nproc, "timing_batch_size": timing_batch_size, "backend": backend,
@@ -386,21 +416,28 @@ def plot_projection(proj: pd.DataFrame, setting: str, path: Path) -> plt.Figure:
 
 def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Profile],
                       bands: dict[str, RatioBand | None], reach: dict[str, dict[str, float]],
-                      target: float, period: int, setting: str) -> None:
+                      target: float, period: int, setting_name: str, setting: PaperSetting,
+                      real: dict[str, Result] | None = None) -> None:
     """Decide the projected claims (`register_projection`) on the ratios of projected times to the target
-    (`projection_table`), within their bands (`projection.decide`); `setting` names the model and data
-    the steps to the `target` come from. Asserts, per model, the simulator's own model of CoCoD-SGD as
-    an invariant: at least 80% of its communication hidden."""
+    (`projection_table`), within their bands (`projection.decide`); `setting_name` names the model and data
+    the steps to the `target` come from. The claims of the models `setting` names are decided instead
+    by the runs on the real network `real` (`runs_at_setting`) where they span it (`decide_at_setting`).
+    Asserts, per model, the simulator's own model of CoCoD-SGD as an invariant: at least 80% of its
+    communication hidden."""
     names = method_names(period)
     cocod = names["cocod_sgd"]
+    spanned, why = setting.spanned_by((real or {}).values())
     for m, sfx in PROJ_MODELS.items():
         row = proj[proj.model == m].set_index("label")
         label = projection.describe(profiles[m], PROJ_NPROC, PROJ_NET)
         t, st = row["projected time to target (s)"], row.step_s
         for cid, _, _, slow_algo, fast_algo, *_ in PROJ_CLAIMS:
             slower, faster = names[slow_algo], names[fast_algo]
+            if spanned and m in setting.models:
+                decide_at_setting(claims, cid + sfx, real, slower, faster, why)
+                continue
             projection.decide(claims, cid + sfx, float(t[slower] / t[faster]), label, bands[cid + sfx],
-                              f"steps to loss {target:.3f} ({setting}): {reach[slower]['step']:.0f} vs "
+                              f"steps to loss {target:.3f} ({setting_name}): {reach[slower]['step']:.0f} vs "
                               f"{reach[faster]['step']:.0f}; projected {1e3 * st[slower]:.1f} vs "
                               f"{1e3 * st[faster]:.1f} ms/iteration")
         claims.invariant(f"simulator, {label}: CoCoD-SGD's average overlaps the next period's steps",
@@ -408,6 +445,22 @@ def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Pr
                          f"{row.hidden[cocod]:.3f}: {1e3 * row.comm_s[cocod]:.1f} ms/iteration on the link, "
                          f"{1e3 * row.exposed_comm_s[cocod]:.1f} exposed; compute {1e3 * row.compute_s[cocod]:.1f} ms/iteration",
                          bool(row.hidden[cocod] >= 0.8))
+
+
+def decide_at_setting(claims: Claims, cid: str, real: dict[str, Result], slower: str, faster: str, spanned: str) -> str:
+    """Decide claim `cid` from the runs on the real network at the paper's setting (`runs_at_setting`):
+    the time-to-target ratio `slower` / `faster` of each logged period (steps to the target x that
+    period's seconds per step, `time_to_target`), its median and distribution-free interval
+    (`AT_SETTING_STAT`). Returns the verdict."""
+    target, reach, _ = time_to_target(real)
+    times = pd.DataFrame({n: reach[n]["step"] * real[n].step_seconds() for n in (slower, faster)}).dropna()
+    ratios = times[slower] / times[faster]
+    lo, hi = interval_or_nan(median_interval, ratios)
+    return projection.decide_at_setting(
+        claims, cid, lo, hi, float(ratios.median()), spanned,
+        f"steps to loss {target:.3f}: {reach[slower]['step']:.0f} vs {reach[faster]['step']:.0f}; median "
+        f"{1e3 * real[slower].steady_step_time():.1f} vs {1e3 * real[faster].steady_step_time():.1f} ms/step; "
+        f"{len(ratios)} logged periods")
 
 
 def decide_per_iteration(claims: Claims, cid: str, per_seed: pd.DataFrame, model: str | None = None) -> str:

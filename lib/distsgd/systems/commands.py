@@ -1,8 +1,10 @@
-"""The commands of the systems side: `bench`, `profile`, `simulate` (`distsgd.cli` dispatches).
+"""The commands of the systems side: `bench`, `profile`, `simulate`, `validate-run` (`distsgd.cli`
+dispatches).
 
 `register(sub)` adds their parsers to the command line's subparsers and returns each command's
 handler: the schedule benchmark and its modes (`benchmark`, `emulation_check` for --validate-emulation,
-`timeline.sweep` for --sweep), a layer profile (`profiler`), the simulator's what-if (`whatif`)."""
+`timeline.sweep` for --sweep), a layer profile (`profiler`), the simulator's what-if (`whatif`), a
+finished run against the simulator's prediction, recorded in the validation table (`run_validation`)."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +17,7 @@ from ..errors import ConfigError
 
 
 def register(sub: "argparse._SubParsersAction") -> dict[str, Callable[[argparse.Namespace], int]]:
-    """Add the parsers of bench, profile and simulate to `sub`; their handlers by name."""
+    """Add the parsers of bench, profile, simulate and validate-run to `sub`; their handlers by name."""
     b = sub.add_parser("bench", help="benchmarks; --validate-emulation: the emulated network vs a "
                                      "real shaped one (root: network namespaces + tc tbf)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -39,8 +41,9 @@ def register(sub: "argparse._SubParsersAction") -> dict[str, Callable[[argparse.
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_profile_args(p)
     add_simulate_parser(sub)
+    add_validate_run_parser(sub)
 
-    return {"bench": cmd_bench, "profile": cmd_profile, "simulate": cmd_simulate}
+    return {"bench": cmd_bench, "profile": cmd_profile, "simulate": cmd_simulate, "validate-run": cmd_validate_run}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -305,4 +308,54 @@ def cmd_profile(args: argparse.Namespace) -> int:
           f"{1e3 * profile.forward_s:.2f} ms, backward {1e3 * profile.backward_s:.2f} ms, update "
           f"{1e3 * profile.update_s:.2f} ms per iteration")
     print(f"wrote {path}")
+    return 0
+
+
+VALIDATE_RUN_EPILOG = """examples:
+  python -m distsgd validate-run results/ --fabric IB-EDR --inside NVLink
+  DISTSGD_FABRIC=25GbE python -m distsgd validate-run results/ssgd-0123456789ab
+  python -m distsgd validate-run results/ --fabric "mine:bandwidth=9.9Gbps,latency=50us" --table my_runs.csv
+
+A run gets a row when it finished on more than one GPU or more than one host (ranks evenly on them):
+its measured step time (the median over its logged intervals), the simulator's prediction of the same
+algorithm, parameters and topology (hosts x ranks per host) on the fabric, and their error. Runs on one
+host's CPUs, and runs already recorded, are listed with why no row was added. The rows extend the
+simulator's measured error bands (docs/simulator_error.md): a projection whose runtime model and fabric
+your runs measured is decided within their band too."""
+
+
+def add_validate_run_parser(sub: "argparse._SubParsersAction") -> None:
+    """`validate-run`: finished multi-GPU or multi-node runs against the simulator (`run_validation`)."""
+    p = sub.add_parser(
+        "validate-run", help="compare finished multi-GPU or multi-node runs with the simulator's prediction and "
+                             "record them in the validation table the error bands read (distsgd.systems.run_validation)",
+        description="Compare finished runs on several GPUs or nodes with the simulator's prediction of them and "
+                    "record each in the table of your runs, <results root>/validation/runs.csv, which the "
+                    "simulator's error bands read beside the committed ones.",
+        epilog=VALIDATE_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="a run directory, or a directory searched for runs (e.g. a results root)")
+    p.add_argument("--fabric", default=None, metavar="NET",
+                   help="the real network between the nodes (on one node: between its GPUs): a preset (10GbE, "
+                        "25GbE, IB-EDR, IB-HDR, ...) or a --net spec, e.g. 'mine:bandwidth=9.9Gbps,latency=50us'; "
+                        "default $DISTSGD_FABRIC; none: rows without a prediction, read by no band. An emulated "
+                        "run's network is its own --net")
+    p.add_argument("--inside", default=None, metavar="NET",
+                   help="the network inside a node (e.g. NVLink, PCIe4); default $DISTSGD_FABRIC_INSIDE, else --fabric")
+    p.add_argument("--table", type=Path, default=None,
+                   help="the table to add to (default: <results root>/validation/runs.csv, the results root "
+                        "being $DISTSGD_RESULTS or ./results)")
+
+
+def cmd_validate_run(args: argparse.Namespace) -> int:
+    """`python -m distsgd validate-run`: `run_validation.record_runs`, one line per run looked at."""
+    from .run_validation import Fabric, record_runs, runs_csv
+
+    fabric = Fabric.named(args.fabric, args.inside)
+    for path in args.runs:
+        if not Path(path).is_dir():
+            raise ConfigError("RUN_DIR", path, "an existing directory (a run, or one holding runs)")
+    for run_dir, told in record_runs(args.runs, fabric, args.table):
+        print(f"{run_dir}: {told}")
+    print(f"table: {args.table or runs_csv()}")
     return 0

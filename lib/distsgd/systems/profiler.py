@@ -84,7 +84,7 @@ from .layer_profile import Layer, Profile
 
 __all__ = ["CALIBRATIONS", "DEVICES", "Calibration", "CudaClock", "FlopClock", "Iteration", "Measurement",
            "WallClock", "count_flops", "efficiency", "hooked_iteration",
-           "family", "measure", "project"]
+           "family", "flop_profile", "measure", "project"]
 
 NUM_CLASSES = 10
 ROOT = "(model)"                        # the layer name of parameters owned by the root module
@@ -235,10 +235,11 @@ def hooked_iteration(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clock: 
 
 
 # ---------------------------------------------------------------------------- building blocks
-def _build(model: str, input_shape: tuple[int, ...], options: dict[str, Any]) -> nn.Module:
+def _build(model: str, input_shape: tuple[int, ...], options: dict[str, Any],
+           num_classes: int = NUM_CLASSES) -> nn.Module:
     from ..models import build_model
 
-    return build_model(model, input_shape, NUM_CLASSES, **options)
+    return build_model(model, input_shape, num_classes, **options)
 
 
 def _batch(model: str, input_shape: tuple[int, ...], batch_size: int, options: dict[str, Any],
@@ -275,14 +276,15 @@ def _layers(it: Iteration, sizes: dict[str, tuple[int, int]], fwd_s: dict[str, f
 
 
 def count_flops(model: str, input_shape: tuple[int, ...], batch_size: int,
-                options: dict[str, Any] | None = None) -> Iteration:
-    """Forward and backward FLOPs per layer (FlopCounterMode, on the meta device: nothing runs)."""
+                options: dict[str, Any] | None = None, num_classes: int = NUM_CLASSES) -> Iteration:
+    """Forward and backward FLOPs per layer (FlopCounterMode, on the meta device: nothing runs) of
+    `model` with `num_classes` outputs."""
     from torch.utils.flop_counter import FlopCounterMode
 
     options = dict(options or {})
     _check(batch_size)
     with torch.device("meta"):
-        net = _build(model, input_shape, options)
+        net = _build(model, input_shape, options, num_classes)
     x, y = (t.to("meta") for t in _batch(model, input_shape, batch_size, options, seed=0))
     with FlopCounterMode(display=False) as counter:
         return hooked_iteration(net, x, y, FlopClock(counter))
@@ -456,24 +458,33 @@ def efficiency(model_family: str) -> float:
     return total / (DEVICES[cal.device] * cal.iteration_s)
 
 
+def flop_profile(model: str, input_shape: tuple[int, ...], batch_size: int, device: str, rate: float,
+                 machine: str, options: dict[str, Any] | None = None, num_classes: int = NUM_CLASSES) -> Profile:
+    """The profile of `model` (with `options` and `num_classes` outputs) timed by its FLOPs alone:
+    each layer's forward and backward time is its FLOPs (`count_flops`) / `rate` FLOP/s, its update
+    0; its exact gradient tensors in backward order, nothing timed; labelled with `device` and
+    `machine`. `project` gives it a calibrated rate; a caller that scales it to a measured time
+    (`Profile.scaled`) uses only its proportions."""
+    options = dict(options or {})
+    flops = count_flops(model, input_shape, batch_size, options, num_classes)
+    with torch.device("meta"):
+        sizes = _tensor_sizes(_build(model, input_shape, options, num_classes))
+    fwd = {layer: flops.forward[layer] / rate for layer in flops.order}
+    bwd = {layer: flops.backward[layer] / rate for layer in flops.order}
+    return Profile(model=model, batch_size=batch_size, input_shape=tuple(input_shape), device=device,
+                   source="flops-scaled", machine=machine,
+                   layers=_layers(flops, sizes, fwd, bwd, dict.fromkeys(flops.order, 0.0), flops))
+
+
 def project(model: str, input_shape: tuple[int, ...], batch_size: int, device: str,
             options: dict[str, Any] | None = None) -> Profile:
     """The FLOP-scaled profile of `model` on `device` (a key of `DEVICES`), module docstring."""
     if device not in DEVICES:
         raise ConfigError("project", device, DEVICES)
-    options = dict(options or {})
-    flops = count_flops(model, input_shape, batch_size, options)
     cal = CALIBRATIONS[family(model)]
     eff = efficiency(family(model))
-    rate = DEVICES[device] * eff
-    with torch.device("meta"):
-        sizes = _tensor_sizes(_build(model, input_shape, options))
-    fwd = {layer: flops.forward[layer] / rate for layer in flops.order}
-    bwd = {layer: flops.backward[layer] / rate for layer in flops.order}
     borrowed = "" if device == cal.device else f" (no published time on {device}: {cal.device}'s efficiency with {device}'s peak)"
     machine = (f"flops-scaled: t = FLOPs / ({DEVICES[device] / 1e12:g} TFLOP/s x {eff:.4f}); {family(model)} "
                f"efficiency calibrated on {cal.device} to {cal.iteration_s:.4f} s/iteration, {cal.source}"
                f"{borrowed}; FLOPs by torch.utils.flop_counter, torch {torch.__version__}")
-    return Profile(model=model, batch_size=batch_size, input_shape=tuple(input_shape), device=device,
-                   source="flops-scaled", machine=machine,
-                   layers=_layers(flops, sizes, fwd, bwd, dict.fromkeys(flops.order, 0.0), flops))
+    return flop_profile(model, input_shape, batch_size, device, DEVICES[device] * eff, machine, options)

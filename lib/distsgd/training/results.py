@@ -35,7 +35,7 @@ import pandas as pd
 from ..comm.ledger import Ledger
 from .config import Config
 from ..files import load_tensors, read_summary, save_tensors, write_csv_atomic, write_json_atomic
-from .liveness import status_of
+from .liveness import PID_FILE, status_of
 from .metrics_log import SUMMED, merge_metrics, metrics_file, read_metrics
 from .provenance import code_version
 
@@ -158,20 +158,33 @@ class Result:
                                     "evaluations, or one finished by an older version of distsgd)")
         return load_tensors(path).double().mean(0).numpy()
 
-    def step_seconds(self, after: int = 0) -> pd.Series:
+    def step_seconds(self, after: int = 0, waited: bool = True) -> pd.Series:
         """Seconds per step of each logged interval (its wall-clock time over its steps), indexed
         by the interval's last step, for the intervals that end after step `after` (a warm-up to
-        leave out); the first logged row only starts the clock."""
+        leave out); the first logged row only starts the clock. `waited` False: the wall-clock time
+        less the time the ranks were blocked waiting for collectives (the ledger's comm_wait_s, the
+        mean over ranks): the step's own compute and the communication it did not wait for."""
         m = self.metrics
-        rate = pd.Series((m.wall_s.diff() / m.step.diff()).to_numpy(), index=m.step.to_numpy()).iloc[1:]
+        wall = m.wall_s if waited else m.wall_s - m.comm_wait_s
+        rate = pd.Series((wall.diff() / m.step.diff()).to_numpy(), index=m.step.to_numpy()).iloc[1:]
         return rate[rate.index > after]
 
-    def steady_step_time(self) -> float:
+    def steady_step_time(self, waited: bool = True) -> float:
         """Median seconds per step over the logged intervals (`step_seconds`, from the first logged
-        step on): unlike summary["step_time_s"] (training time / steps), not moved by the first
-        steps' set-up (connections, caches) or by one stall of a shared machine."""
-        rate = self.step_seconds()
-        return float(rate.median()) if len(rate) else float(self.summary["step_time_s"])
+        step on; `waited` as there): unlike summary["step_time_s"] (training time / steps), not
+        moved by the first steps' set-up (connections, caches) or by one stall of a shared machine.
+        A run with one logged interval: the summary's training time (less its wait) over its steps."""
+        rate = self.step_seconds(waited=waited)
+        if len(rate):
+            return float(rate.median())
+        s = self.summary
+        return float(s["step_time_s"] if waited else (s["train_s"] - s["comm_wait_s"]) / s["steps"])
+
+    def hosts(self) -> list[str]:
+        """The distinct hosts its ranks ran on, sorted (each rank's pid file, RUN_DIR/ranks, names
+        its host); [] for a run whose ranks left none."""
+        names = [(self.path / "ranks" / PID_FILE.format(rank=r)) for r in range(self.config.nproc)]
+        return sorted({p.read_text().split()[0] for p in names if p.is_file() and p.read_text().split()})
 
     @property
     def label(self) -> str:

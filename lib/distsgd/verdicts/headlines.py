@@ -4,7 +4,8 @@ tests it, the verdict and one line of reason.
 The rows are fixed in ``reproduce/headlines.yaml`` before the runs (committed, like the claims'
 registrations): per paper notebook, the abstract's sentence, `how` (``measured`` here at small
 scale, ``projected`` to the paper's setting within the simulator's measured error, or ``untested``
-with `why`), and the notebook's claim ids that together test the abstract's own empirical sentence
+with `why`; a projected one reads as measured at the paper's setting where this run's deciding
+claims all were, `verdicts.setting`), and the notebook's claim ids that together test the abstract's own empirical sentence
 (`claims`). The verdict follows from those claims' verdicts in a run: reproduced when all are
 reproduced, contradicted when any is contradicted, inconclusive otherwise (or when one was not
 decided). Parts the abstract does not claim (an ablation, a setting the paper never measured) are
@@ -19,11 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import setting
 from .verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED
 
 HOWS = {"measured": "measured here (small scale)",
         "projected": "projected to the paper's setting, within the simulator's measured error",
         "untested": "not testable here"}
+AT_PAPER_SETTING = "measured at the paper's setting by this run"     # a projected headline, resolved (`Headline.resolved_how`)
 NOT_TESTED = "not tested"
 COLUMNS = ["paper", "headline", "how", "verdict", "reason"]
 FIELDS = ("paper", "headline", "how", "claims", "reported", "finding", "scope", "why")     # a row of headlines.yaml
@@ -52,6 +55,15 @@ class Headline:
         both = set(self.claims) & set(self.reported)
         if both:
             raise ValueError(f"{where}.reported: {sorted(both)} also decide it (in claims); a part either decides or is reported")
+
+    def resolved_how(self, claims: pd.DataFrame) -> str:
+        """How this run tested it, in words (`HOWS`): a projected headline whose deciding claims were
+        all measured at the paper's setting (their `measured` text, `setting.decided_at_setting`)
+        reads `AT_PAPER_SETTING`; otherwise as `how` says."""
+        measured = claims.set_index("id").measured if "measured" in claims else pd.Series(dtype=object)
+        if self.how == "projected" and all(setting.decided_at_setting(measured.get(c)) for c in self.claims):
+            return AT_PAPER_SETTING
+        return HOWS[self.how]
 
     def decide(self, claims: pd.DataFrame) -> tuple[str, str]:
         """(verdict, reason) from a claims table (columns id, verdict, reason) of this notebook's run:
@@ -112,7 +124,7 @@ def headline_table(claims: pd.DataFrame, headlines: dict[str, Headline] | None =
         if notebook not in present:
             continue
         verdict, reason = h.decide(claims[claims.notebook == notebook])
-        how = HOWS[h.how] + (f": {h.scope}" if h.scope else "")
+        how = h.resolved_how(claims[claims.notebook == notebook]) + (f": {h.scope}" if h.scope else "")
         rows.append({"notebook": notebook, "paper": h.paper, "headline": h.headline, "how": how,
                      "verdict": verdict, "reason": reason})
     return pd.DataFrame(rows, columns=["notebook", *COLUMNS])

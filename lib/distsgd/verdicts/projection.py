@@ -18,6 +18,10 @@ leaves the claim inconclusive, "not covered", with that reason, known before the
 A projected claim's threshold is the paper's (its number quoted in the test's source) or its null
 (no difference); its interval's width is the band's, so it needs no pilot.
 
+Where a notebook's runs span the paper's setting (`verdicts.setting`: its workers on its nodes over
+the real network between them), the same registered test decides the claim from the run's own
+measurement instead (`register`'s `at_setting`, `decide_at_setting`).
+
 The simulator's bound against this machine's own measured step times (`timeline.validate.
 RESOLUTION`, 15%) decides no projected claim.
 """
@@ -29,6 +33,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
+from .setting import AT_SETTING, PaperSetting
 from ..comm.netmodel import parse_net
 from ..systems.layer_profile import Profile
 from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model, simulate
@@ -38,12 +43,16 @@ from ..systems.timeline.topology import Topology
 
 
 def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, side: str, threshold: float,
-             form: str, source: str, numerator: Sequence[Term], denominator: Sequence[Term]) -> RatioBand | None:
+             form: str, source: str, numerator: Sequence[Term], denominator: Sequence[Term],
+             at_setting: tuple[PaperSetting, str, bool] | None = None) -> RatioBand | None:
     """Register projected claim `id` (`Claims.register`) with its `Test(quantity, side, threshold,
     statistic, form, source)`, whose statistic names its band (`ratio_band` of the (runtime model,
     net) terms whose step times make the ratio, each from `runtime`), before the projection; where a
     term is not covered, mark the claim inconclusive by that precheck and return None. The band goes
-    to `decide`."""
+    to `decide`. `at_setting` (setting, statistic, reachable): the claim is measured instead where the
+    notebook's runs span that paper's setting (`verdicts.setting`; `decide_at_setting`, the run's own
+    interval by that statistic), which the test's statistic states; the precheck then applies only
+    where the allocation cannot span it (`reachable` False)."""
     if not is_projected(id):
         raise ValueError(f"projected claim {id!r}: its id starts with {PROJECTED_PREFIX!r} (counted apart from measured ones)")
     try:
@@ -52,10 +61,16 @@ def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, sid
     except Uncovered as exc:
         band, uncovered = None, str(exc)
         stat = f"{BAND_STAT}; none covers it"
+    if at_setting is not None:
+        setting, measured_stat, _ = at_setting
+        stat += f"; {AT_SETTING} instead where this notebook's runs span it ({setting.describe()}): {measured_stat}"
     claims.register(id, claim, paper, Test(quantity, side, threshold, stat, form=form, source=source))
-    if band is None:
-        claims.precheck(id, f"not covered: no real-cluster measurement of this runtime model: {uncovered}")
+    if band is None and (at_setting is None or not at_setting[2]):
+        claims.precheck(id, NOT_COVERED + uncovered)
     return band
+
+
+NOT_COVERED = "not covered: no real-cluster measurement of this runtime model: "
 
 
 BAND_STAT = ("deterministic projection, decided within the simulator's error measured on the survey's cluster "
@@ -108,13 +123,25 @@ def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[
 
 
 def decide(claims: Claims, id: str, ratio: float, label: str, band: RatioBand | None, detail: str = "") -> str:
-    """Decide projected claim `id` on `ratio` within `band` (`register`'s; None: the claim's
-    precheck found no measurement, and it stays inconclusive); `label` is `describe`'s text,
-    `detail` the numbers a reader needs. Returns the verdict."""
+    """Decide projected claim `id` on `ratio` within `band` (`register`'s; None: no measurement
+    covers it, and it is inconclusive by that precheck, made here if `register` left it to the run);
+    `label` is `describe`'s text, `detail` the numbers a reader needs. Returns the verdict."""
+    if band is None and not claims.claims[id].precheck:
+        claims.precheck(id, NOT_COVERED + "and this notebook's runs did not span the paper's setting")
     low, high = band.interval(ratio) if band is not None else (ratio, ratio)
     where = band.describe() if band is not None else "no measured error covers it"
     measured = f"{label}; ratio {ratio:.3f}; {where}"
     return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
+
+
+def decide_at_setting(claims: Claims, id: str, low: float, high: float, estimate: float, spanned: str,
+                      detail: str = "") -> str:
+    """Decide claim `id`, registered with `register(..., at_setting=...)`, by the run's own
+    measurement at the paper's setting: its interval [`low`, `high`] and `estimate`; `spanned` says
+    which runs spanned the setting (`PaperSetting.spanned_by`). Its measured text starts with
+    `setting.AT_SETTING`. Returns the verdict."""
+    return claims.decide(id, low, high, estimate, f"{AT_SETTING} ({spanned}); ratio {estimate:.3f}"
+                         + (f"; {detail}" if detail else ""))
 
 
 def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, gpus_per_node: int = 1,

@@ -5,11 +5,11 @@ The survey's benchmark (Shi et al.; HKBU-HPML/ddl-benchmarks) predicted row by r
 gives, per runtime model and fabric, the extremes of predicted / measured - 1. Every row of that
 table carries the runtime model that predicted it (`simulate.RuntimeModel`: the schedule, the kit's
 class or the stated model of another library's runtime that charged it, its resolved parameters,
-the compute contention and the per-call overheads). The rule, fixed before any projection is made:
+the compute contention, the per-call overheads and the topology's family, its ranks per node). The rule, fixed before any projection is made:
 
 - A projected step time is covered when the survey's rows hold predictions of the *same runtime
-  model* (`simulate.runtime_model` of the projection's schedule, parameters, topology, effects and
-  overheads, known before it is simulated; every field equal) on the same fabric (`net`, a preset or
+  model* (`simulate.runtime_model` of the projection's schedule, parameters, topology (its family:
+  nodes of 4 GPUs for every survey row), effects and overheads, known before it is simulated; every field equal) on the same fabric (`net`, a preset or
   a network spec, is the network a survey connection's fit starts from, `timeline.survey.FABRICS`:
   10GbE, 100GbE-TCP = 100 Gbit/s with 20 us, or IB-EDR; compared by bandwidth and latency, not by
   name). Its band is [lo, hi], the smallest and largest error (predicted / measured - 1) of every
@@ -21,6 +21,13 @@ the compute contention and the per-call overheads). The rule, fixed before any p
   is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
 - A setting that a term's runtime model or fabric leaves uncovered is inconclusive with that reason,
   known before the projection (`projection.register`: a precheck). The band is named in the row's test.
+- A user's cluster extends the survey's: the rows of their own runs on several GPUs or nodes
+  (`systems.run_validation`, <results root>/validation/runs.csv, each with the runtime model that
+  predicted it and the fabric the run crossed) join the survey's by the same rule: a row counts for
+  a projection of the same runtime model on the same fabric (its `fabric` spec, compared by
+  bandwidth and latency); rows whose fabric is unknown count for none. A band that your rows join
+  is another band, so the projections' registered tests change: register them again
+  (docs/simulator_error.md).
 
 `distsgd.verdicts.projection` decides projected claims within these bands; `distsgd.systems.whatif` prints them
 beside each prediction (`with_measured_error`).
@@ -43,8 +50,8 @@ from .survey import FABRICS, MODEL_COLUMNS, load_error
 @dataclass(frozen=True)
 class ErrorBand:
     """The simulator's measured error for one runtime model (`models`: one, or the candidates of a
-    fastest-of term) on one fabric: the extremes of predicted / measured - 1 over `rows` rows of the
-    survey's table, its `methods`."""
+    fastest-of term) on one fabric: the extremes of predicted / measured - 1 over `rows` rows, the
+    survey's (its `methods`) and `runs` of the user's own runs (`systems.run_validation`)."""
 
     models: tuple[RuntimeModel, ...]
     net: str
@@ -52,6 +59,7 @@ class ErrorBand:
     high: float
     rows: int
     methods: tuple[str, ...]
+    runs: int = 0
 
     @property
     def algo(self) -> str:
@@ -69,6 +77,29 @@ class Uncovered(ValueError):
 
 
 _error_table = functools.cache(load_error)           # read once per path
+YOUR_RUNS = "of your runs"                           # how a band names the user's rows (`ErrorBand.methods`)
+
+
+@functools.cache
+def _runs_table(path: Path, mtime_ns: int, size: int) -> pd.DataFrame:
+    """The rows of the user's runs that a band may read (a named fabric, a prediction), read once
+    per version of the file."""
+    from ..run_validation import load_runs
+    table = load_runs(path)
+    return table[(table.fabric != "") & table.predicted_s.notna()]
+
+
+def users_rows(model: RuntimeModel, network: NetModel | None, path: Path | None = None) -> pd.DataFrame:
+    """The rows of the user's runs (`run_validation.runs_csv()`, or `path`) predicted by runtime model
+    `model` on the fabric `network` (None: a bare label, which no row names)."""
+    from ..run_validation import runs_csv
+    path = Path(path or runs_csv())
+    if network is None or not path.is_file():
+        return pd.DataFrame()
+    stat = path.stat()
+    table = _runs_table(path, stat.st_mtime_ns, stat.st_size)
+    same = [m == model and parse_net(f, "fabric") == network for m, f in zip(measured_models(table), table.fabric)]
+    return table[pd.Series(same, index=table.index, dtype=bool)]
 
 
 def measured_models(table: pd.DataFrame) -> list[RuntimeModel]:
@@ -78,10 +109,29 @@ def measured_models(table: pd.DataFrame) -> list[RuntimeModel]:
 
 
 def measured_error(model: RuntimeModel, net: str, table: Path | None = None,
-                   network: NetModel | None = None) -> ErrorBand:
+                   network: NetModel | None = None, runs: Path | None = None) -> ErrorBand:
     """The measured error band of runtime model `model` on fabric `net` (a network spec, or the
-    label of `network`; module doc), from the committed `survey_error.csv` (or `table`); `Uncovered`
-    with the reason where no row of that runtime model and fabric exists."""
+    label of `network`; module doc), from the committed `survey_error.csv` (or `table`) and the
+    rows of the user's runs (`users_rows`, from `runs` if given); `Uncovered` with the survey's
+    reason where neither holds a row of that runtime model and fabric."""
+    target = network or _network(net)
+    mine = users_rows(model, target, runs)
+    try:
+        survey = survey_error_band(model, net, table, target)
+    except Uncovered:
+        if not len(mine):
+            raise
+        survey = None
+    if not len(mine):
+        assert survey is not None
+        return survey
+    errors = list(mine.error) + ([survey.low, survey.high] if survey else [])
+    return ErrorBand((model,), net, float(min(errors)), float(max(errors)), len(mine) + (survey.rows if survey else 0),
+                     (survey.methods if survey else ()) + (f"{len(mine)} {YOUR_RUNS}",), len(mine))
+
+
+def survey_error_band(model: RuntimeModel, net: str, table: Path | None, network: NetModel | None) -> ErrorBand:
+    """`measured_error` from the survey's rows alone."""
     df = _error_table(Path(table) if table else None)
     models = measured_models(df)
     same_algo = sorted({m for m in models if m.algo == model.algo}, key=str)
@@ -89,7 +139,7 @@ def measured_error(model: RuntimeModel, net: str, table: Path | None = None,
         raise Uncovered(f"the survey measured no {model.algo} (its schedules: {', '.join(sorted(df.algo.unique()))})")
     if model not in same_algo:
         raise Uncovered(f"no survey row was predicted by this runtime model ({_differs(model, same_algo)})")
-    connection = {parse_net(spec): c for c, spec in FABRICS.items()}.get(network or _network(net))
+    connection = {parse_net(spec): c for c, spec in FABRICS.items()}.get(network)
     if connection is None:
         raise Uncovered(f"the survey measured no network {net!r} (its fabrics: {', '.join(FABRICS.values())})")
     rows = df[pd.Series([m == model for m in models], index=df.index) & (df.connection == connection)]
@@ -135,7 +185,8 @@ class RatioBand:
 
     def describe(self) -> str:
         bands = {band.describe() for band, _ in self.terms}
-        return "simulator's measured error on the survey's cluster: " + "; ".join(sorted(bands))
+        where = "the survey's cluster" + (" and yours" if any(band.runs for band, _ in self.terms) else "")
+        return f"simulator's measured error on {where}: " + "; ".join(sorted(bands))
 
 
 Term = tuple[RuntimeModel | tuple[RuntimeModel, ...], str]     # (runtime model(s), net) of one step time
@@ -151,7 +202,7 @@ def ratio_band(numerator: Sequence[Term], denominator: Sequence[Term]) -> RatioB
         bands = [measured_error(m, net) for m in model]
         return ErrorBand(tuple(m for b in bands for m in b.models), net, min(b.low for b in bands),
                          max(b.high for b in bands), sum(b.rows for b in bands),
-                         tuple(m for b in bands for m in b.methods))
+                         tuple(m for b in bands for m in b.methods), sum(b.runs for b in bands))
 
     return RatioBand(tuple((band(m, n), 1) for m, n in numerator) + tuple((band(m, n), -1) for m, n in denominator))
 
@@ -171,7 +222,8 @@ def with_measured_error(table: pd.DataFrame, nets: Mapping[str, NetModel] | None
             lows.append(float("nan"))
             highs.append(float("nan"))
             continue
-        bands.append(f"{band.low:+.0%}..{band.high:+.0%} ({band.rows} survey rows)")
+        rows = f"{band.rows - band.runs} survey rows" + (f", {band.runs} {YOUR_RUNS}" if band.runs else "")
+        bands.append(f"{band.low:+.0%}..{band.high:+.0%} ({rows})")
         lows.append(step / (1 + band.high))
         highs.append(step / (1 + band.low))
     return table.assign(measured_error=bands, step_s_low=lows, step_s_high=highs)

@@ -27,9 +27,10 @@ trials (threshold_mb, seconds per step of its window) in the order tried, and
 
 Every prediction carries the runtime model that made it (`Prediction.model`, `runtime_model`): the
 schedule, what charges it (the kit's class driven, or a stated model of another library's runtime),
-its resolved parameters and the simulator's settings that change its times (scale effects, per-call
-overheads, hierarchical all-reduce). The simulator's error measured on a real cluster is keyed on
-it (`timeline.error_band`): a band measured for one runtime model says nothing of another's.
+its resolved parameters, the simulator's settings that change its times (scale effects, per-call
+overheads, hierarchical all-reduce) and the topology's family (ranks per node). The simulator's error
+measured on a real cluster is keyed on it (`timeline.error_band`): a band measured for one runtime
+model says nothing of another's.
 """
 from __future__ import annotations
 
@@ -63,20 +64,23 @@ class RuntimeModel:
     model of another library's runtime: `stated`), with the topology's choices that change its cost
     formulas (BytePS's server placement, hierarchical all-reduce); its resolved parameters (`params`,
     JSON with sorted keys; a stated model's own parameters, Horovod's fusion cycle, included); the
-    compute `contention` (`Effects`); and the per-call `overheads` given to `simulate` ("the
-    profile's": none given, `costs.for_profile`). Two predictions share a measured error band
-    only when they share all of it (`timeline.error_band`)."""
+    compute `contention` (`Effects`); the per-call `overheads` given to `simulate` ("the
+    profile's": none given, `costs.for_profile`); and the `topology` family (`Topology.family`:
+    the ranks per node). Two predictions share a measured error band only when they share all of
+    it (`timeline.error_band`)."""
 
     algo: str
     runtime: str
     params: str
     contention: float
     overheads: str
+    topology: str
 
     def describe(self) -> str:
-        """One line, e.g. "ps by stated BytePS (servers nodes) {...}, contention 0.189, the profile's overheads"."""
+        """One line, e.g. "ps by stated BytePS (servers nodes) {...}, contention 0.189, the profile's
+        overheads, 4 ranks per node"."""
         return (f"{self.algo} by {self.runtime} {self.params}, contention {self.contention:g}, "
-                f"{self.overheads} overheads")
+                f"{self.overheads} overheads, {self.topology}")
 
     __str__ = describe
 
@@ -102,7 +106,7 @@ def runtime_model(algo: str, params: dict[str, Any] | None, topology: Topology, 
     if topology.hierarchical:
         runtime += ", hierarchical all-reduce"
     return RuntimeModel(algo, runtime, json.dumps(resolved, sort_keys=True), float(effects.contention),
-                        PROFILE_OVERHEADS if overheads is None else repr(overheads))
+                        PROFILE_OVERHEADS if overheads is None else repr(overheads), topology.family())
 
 
 @dataclass

@@ -73,6 +73,13 @@ class Topology:
         """One network between all ranks (every rank its own node)."""
         return cls(1, net, net)
 
+    def family(self) -> str:
+        """The topology's family, as an error band keys it (`simulator.RuntimeModel.topology`): the
+        ranks per node, e.g. "1 rank per node" (every collective on the inter-node link: a flat ring)
+        or "4 ranks per node" (an intra-node link inside, the inter-node one between). The links'
+        speeds are not in it: the fabric is compared on its own (`error_band`)."""
+        return f"{self.gpus_per_node} rank{'s' * (self.gpus_per_node != 1)} per node"
+
     def link(self, first: int, size: int) -> str:
         """INTRA if the ranks first..first+size-1 are on one node, else INTER."""
         g = self.gpus_per_node
