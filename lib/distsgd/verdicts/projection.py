@@ -1,7 +1,7 @@
 """Projected claims: a paper's timing claim decided at the paper's own scale by the timeline
 simulator (`distsgd.systems.timeline`) on a committed layer profile of the paper's model on the paper's
 GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.systems.profiler` documents;
-why a CPU profile cannot stand in: /work/shared/papers/SCALE.md, summarised in docs/simulator.md).
+why a CPU profile cannot stand in: ../shared/papers/SCALE.md, summarised in docs/simulator.md).
 
 A projection is deterministic (committed profile, closed-form timeline), so its interval does not
 come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
