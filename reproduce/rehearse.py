@@ -13,7 +13,8 @@ across them, requeued once mid-run (``make rehearse``; root, Linux; 15-30 minute
 4. Checked after the job: it started twice and the notebook ran (summary.csv "ok"); every run
    finished before the requeue was reused (its summary.json untouched); the interrupted run
    resumed from its checkpoint (the notebook says "resumed from the checkpoint of step N") and
-   finished; a run's ranks ran on node1, node2 and node3.
+   finished; a run's ranks ran on node1, node2 and node3; the headline's claims were decided from
+   the runs across the three nodes, the rehearsal profile's paper setting (not projected).
 5. ``netns_cluster.sh down``, whatever happened.
 
 Writes ``--result`` (default reproduce/rehearsal/last_run.csv: one row per check, with the
@@ -151,9 +152,25 @@ def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[
     rows.append({"check": "claims decided (not held to a ledger: the rehearsal is no paper's setting)",
                  "expected": "every claim", "measured": ", ".join(f"{v}: {verdicts.count(v)}" for v in sorted(set(verdicts))),
                  "ok": str(bool(verdicts))})
+    rows.append(headline_check(claims))
     rows.append({"check": "minutes from sbatch to the end of the requeued job", "expected": "-",
                  "measured": f"{minutes:.1f}", "ok": "True"})
     return rows
+
+
+def headline_check(claims: Path) -> dict[str, str]:
+    """The check that the notebook's headline was measured, not projected: the rehearsal profile names
+    the three nodes as the paper's setting (``paper_setting``), so the claims that project the
+    headline elsewhere are decided from the runs across them (`Headline.resolved_how`)."""
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO / "lib"))
+    from distsgd.verdicts.headlines import AT_PAPER_SETTING, load_headlines
+
+    headline = load_headlines()[NOTEBOOK]
+    how = headline.resolved_how(pd.read_csv(claims)) if claims.exists() else "no claims.csv"
+    return {"check": f"the headline's claims ({', '.join(headline.claims)}) decided at the rehearsal's paper setting",
+            "expected": AT_PAPER_SETTING, "measured": how, "ok": str(how == AT_PAPER_SETTING)}
 
 
 def main(argv: list[str] | None = None) -> int:
