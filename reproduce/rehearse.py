@@ -4,7 +4,8 @@ across them, requeued once mid-run (``make rehearse``; root, Linux; 15-30 minute
 
 1. ``reproduce/slurm/netns_cluster.sh up``: three nodes, each a network namespace with shaped links
    and its own slurmd (docs/clusters.md, "Rehearsed on one machine").
-2. ``sbatch --array=1 --nodes=3 reproduce/slurm/papermill.sbatch`` (notebook 01's array task) with
+2. ``sbatch --array=1 --nodes=3 --cpus-per-task=2 --mem=0 reproduce/slurm/papermill.sbatch`` (notebook
+   01's array task, on the nodes' own cores and memory) with
    ``PROFILE=rehearsal ONLY=01``: the
    kernel runs on node1 and starts every run of notebook 01 as one srun step across the three
    nodes (gloo, GLOO_SOCKET_IFNAME=eth0), checkpointing every ``--checkpoint-every`` steps.
@@ -92,8 +93,10 @@ def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[
                "DISTSGD_CHECKPOINT_EVERY": str(args.checkpoint_every)}
     if (python.parent / "activate").exists():
         job_env["VENV"] = str(python.parent.parent)
-    cmd = ["sbatch", "--parsable", f"--array={int(NOTEBOOK[:2])}", "--nodes=3", f"--output={log}",
-           "reproduce/slurm/papermill.sbatch",
+    # the namespace nodes' cores and memory, not the template's GPU node (32 cores, 64 GB)
+    cpus = os.environ.get("CPUS", "2")               # netns_cluster.sh's cores per node
+    cmd = ["sbatch", "--parsable", f"--array={int(NOTEBOOK[:2])}", "--nodes=3", f"--cpus-per-task={cpus}",
+           "--mem=0", f"--output={log}", "reproduce/slurm/papermill.sbatch",
            "--out", str(out), "--figures-dir", str(figures)]
     print("$", " ".join(f"{k}={job_env[k]}" for k in ("PROFILE", "ONLY", "DISTSGD_CHECKPOINT_EVERY")),
           shlex.join(cmd), flush=True)

@@ -6,11 +6,21 @@ import os
 import pytest
 
 
+PROJECTIONS_ENV = "DISTSGD_PROJECTIONS"                 # distsgd.verdicts.projection's store
+SHARED_PROJECTIONS = os.environ.get(PROJECTIONS_ENV)    # `make test`'s, for the suites that execute notebooks
+
+
 @pytest.fixture(autouse=True)
-def _isolated_results(tmp_path, monkeypatch):
-    """Every test writes runs and figures under its own temporary directory."""
+def _isolated_results(tmp_path, monkeypatch, request):
+    """Every test writes runs, figures and projections under its own temporary directory; a test
+    marked `notebook_runs` reads and adds to the projections of the suites that execute notebooks
+    (tests/run_suites.py), since a projection depends on nothing but the code and its inputs."""
     monkeypatch.setenv("DISTSGD_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("DISTSGD_FIGURES", str(tmp_path / "figures"))
+    if SHARED_PROJECTIONS and request.node.get_closest_marker("notebook_runs"):
+        monkeypatch.setenv(PROJECTIONS_ENV, SHARED_PROJECTIONS)
+    else:
+        monkeypatch.delenv(PROJECTIONS_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)
     yield

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 RUN_PY = REPO / "reproduce" / "run.py"
 
@@ -33,6 +35,7 @@ def test_full_profile_lists_without_errors_and_substitutes_backend() -> None:
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+@pytest.mark.notebook_runs
 def test_full_profile_dry_run_executes(tmp_path) -> None:
     out = tmp_path / "dry"
     # two notebooks at a time: their 2-step runs wait on process start-up and I/O as much as on

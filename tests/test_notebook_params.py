@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_PY = REPO / "reproduce" / "run.py"
@@ -25,6 +27,7 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb
 SETS = ["nproc=6", "nprocs=[6]", "bench_nprocs=[3]", "seed=7"]
 
 
+@pytest.mark.notebook_runs
 def test_notebooks_run_at_another_world_size_and_seed(tmp_path) -> None:
     assert len(NOTEBOOKS) == 11
     out = tmp_path / "dry"

@@ -13,6 +13,7 @@ from distsgd.comm.netmodel import parse_net
 from distsgd.verdicts import projection as pj
 from distsgd.systems.timeline import error_band as eb, survey
 from distsgd.systems.timeline.simulator import runtime_model
+from distsgd.systems.timeline.sweep import sweep
 from distsgd.systems.timeline.topology import Topology
 from distsgd.verdicts.claims import Claims, Test
 from distsgd.systems.layer_profile import Layer, Profile
@@ -152,6 +153,24 @@ def test_project_rows_and_label():
     assert (df.efficiency <= 1 + 1e-12).all()
     assert pj.describe(prof, 64, "10GbE", 4, "PCIe3") == (
         "projection: toy b8 on V100-fp32 (flops-scaled), 64 workers, 16 nodes x 4 (PCIe3 inside, 10GbE between)")
+
+
+def test_a_projection_is_stored_and_read_back_only_for_the_same_code_and_inputs(monkeypatch, tmp_path):
+    monkeypatch.setenv(pj.PROJECTIONS_ENV, str(tmp_path / "proj"))
+    prof, cases = tiny_profile(), [{"algo": "no_overlap", "label": "none"}, {"algo": "wfbp"}]
+    simulated = []
+    monkeypatch.setattr(pj, "sweep", lambda *a, **k: simulated.append(a[2]) or sweep(*a, **k))
+    first = pj.project(prof, cases, [2], ["10GbE"])
+    again = pj.project(prof, iter(cases), (2,), ["10GbE"])          # any iterables of the same inputs
+    assert len(simulated) == 2 and len(list((tmp_path / "proj").glob("toy-*.pkl"))) == 1
+    pd.testing.assert_frame_equal(again, first)
+    assert list(again.runtime_model) == list(first.runtime_model)
+    pj.project(prof, cases, [4], ["10GbE"])                           # other inputs: simulated
+    pj.project(dataclasses.replace(prof, batch_size=16), cases, [2], ["10GbE"])
+    assert len(simulated) == 6
+    monkeypatch.setattr(pj, "code_version", lambda: "edited")         # other code: simulated again
+    pj.project(prof, cases, [2], ["10GbE"])
+    assert len(simulated) == 8 and len(list((tmp_path / "proj").glob("toy-*.pkl"))) == 4
 
 
 def test_trace_is_one_steady_iteration(tmp_path):
