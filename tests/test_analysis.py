@@ -65,7 +65,7 @@ def test_decide_median_ratio_writes_the_rounds_and_drops_missing_ones() -> None:
 
 
 def test_machine_precheck_times_compute_only_steps_and_the_headroom(monkeypatch, tmp_path) -> None:
-    from distsgd.verdicts import analysis
+    from distsgd.systems import bench_checks as analysis
 
     seen = {}
 
@@ -84,7 +84,7 @@ def test_machine_precheck_times_compute_only_steps_and_the_headroom(monkeypatch,
 
 
 def test_simulator_predictions_fit_the_real_network_only_where_it_was_run(monkeypatch, tmp_path) -> None:
-    from distsgd.verdicts import analysis
+    from distsgd.systems import bench_checks as analysis
 
     calls = []
     monkeypatch.setattr(analysis.tv, "layer_profile", lambda m, b, shape, device: (m, b, device))

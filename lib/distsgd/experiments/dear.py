@@ -14,7 +14,7 @@ from ..verdicts import projection as pj
 from ..algorithms.dear import grid_twins
 from ..algorithms.tuner import GridTuner
 from ..systems.cases import SURVEY_OVERLAP_CASES
-from ..verdicts.analysis import machine_precheck
+from ..systems.bench_checks import machine_precheck
 from ..verdicts.claims import Claims, Test
 from ..systems.layer_profile import Profile
 from ..training.results import Result
@@ -127,7 +127,7 @@ def design(nproc: int, steps: int, model: str, data: str, bench_model: str, benc
 def machine_checks(claims: Claims, model: str, p: int, batch_size: int, steps: int, warmup: int,
                    threshold_mb: float, noise_max: float, max_decoupling: float, backend: str, dry_run: bool,
                    out: Path) -> float:
-    """The three machine checks, measured before the benchmark (`analysis.machine_precheck`):
+    """The three machine checks, measured before the benchmark (`bench_checks.machine_precheck`):
     steady clock, emulable networks, and the decoupling cost, the backend's real (reduce-scatter +
     all-gather) / all-reduce time at the fusion-group size and the whole gradient's (DeAR's premise
     is that it is 1, as for NCCL's ring). A failed check marks the timing claims it concerns

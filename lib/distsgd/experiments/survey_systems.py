@@ -14,7 +14,7 @@ import pandas as pd
 from ..systems import benchmark as bs
 from ..verdicts import projection as pj
 from ..systems.cases import SURVEY_BSP_CASE, SURVEY_OVERLAP_CASES, SURVEY_PS_PARTITION_MB
-from ..verdicts.analysis import machine_precheck, simulator_predictions
+from ..systems.bench_checks import machine_precheck, simulator_predictions
 from ..verdicts.claims import Claims, Test
 from ..comm import named_net
 from ..systems.layer_profile import Profile
@@ -132,7 +132,7 @@ def design(models: Sequence[str], nprocs: Sequence[int], net_reference: str, bat
 
 def machine_checks(claims: Claims, models: Sequence[str], p: int, small_model: str, large_model: str,
                    noise_max: float, backend: str, dry_run: bool, out: Path, **bench: Any) -> tuple[pd.DataFrame, list[str]]:
-    """The machine checks before the benchmark (`analysis.machine_precheck` on the 10GbE-like
+    """The machine checks before the benchmark (`bench_checks.machine_precheck` on the 10GbE-like
     network; `bench`: batch_size, steps, warmup, net_reference): a failed one marks inconclusive the
     claims whose models it concerns. Also the intensity I = C/D of each model (compute-only step
     time per gradient MB), which orders the models for the ranking claim before the benchmark.
@@ -175,7 +175,7 @@ def round_ratios(bench: pd.DataFrame, p: int, small_model: str, large_model: str
 def simulator_check(bench: pd.DataFrame, models: Sequence[str], cases: Sequence[dict[str, Any]],
                     headroom: pd.DataFrame, backend: str, warmup: int, steps: int, dry_run: bool,
                     out: Path) -> pd.DataFrame:
-    """The simulator's prediction of every measured step (`analysis.simulator_predictions`; the real
+    """The simulator's prediction of every measured step (`bench_checks.simulator_predictions`; the real
     network fitted on 64 KiB .. the whole gradient, 4x apart) with `emulable`: the real network, or
     an emulated one the precheck found emulable for that model (other emulated networks unchecked);
     written to out/validation.csv, every pair printed (`validate.report`)."""

@@ -15,7 +15,8 @@ import pandas as pd
 from ..systems import benchmark as bs
 from ..verdicts import projection as pj
 from ..systems.cases import SURVEY_BSP_CASE, SURVEY_OVERLAP_CASES, SURVEY_PS_PARTITION_MB
-from ..verdicts.analysis import decide_median_ratio, machine_precheck, simulator_predictions
+from ..systems.bench_checks import machine_precheck, simulator_predictions
+from ..verdicts.analysis import decide_median_ratio
 from ..verdicts.claims import Claims
 from ..paths import repo_root
 from ..systems.timeline import public_tables, survey, validate as tv
@@ -50,7 +51,7 @@ def check_parameters(models: Any, nprocs: Any) -> tuple[list[str], list[int]]:
 
 def machine_checks(claims: Claims, models: Sequence[str], nprocs: Sequence[int], steps: int, warmup: int,
                    noise_max: float, backend: str, dry_run: bool, out: Path) -> list[tuple[str, int]]:
-    """The machine checks before the benchmark (`analysis.machine_precheck` on the 10GbE-like
+    """The machine checks before the benchmark (`bench_checks.machine_precheck` on the 10GbE-like
     network): the overlap claim is inconclusive if the clock is not steady or no (model, p) can be
     emulated. Returns the emulable (model, p), fixed before the benchmark."""
     _, noise, headroom = machine_precheck(models, nprocs, out / "precheck.csv", backend, dry_run,
@@ -85,7 +86,7 @@ def run_bench(models: Sequence[str], nprocs: Sequence[int], backend: str, nets: 
 
 def simulator_check(bench: pd.DataFrame, models: Sequence[str], nprocs: Sequence[int], ok: Sequence[tuple[str, int]],
                     backend: str, warmup: int, steps: int, dry_run: bool, out: Path) -> pd.DataFrame:
-    """The simulator's prediction of every measured step (`analysis.simulator_predictions` with every
+    """The simulator's prediction of every measured step (`bench_checks.simulator_predictions` with every
     schedule, `bs.DEFAULT_CASES`; the real network fitted on 1..64 MiB and the gradients' sizes, 10
     repetitions, 2 in a dry run), with `emulable`: the real network, or 10GbE-like where the
     precheck found (model, p) emulable (`ok`); written to out/validation.csv, every pair printed."""
