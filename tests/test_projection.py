@@ -171,6 +171,8 @@ def test_a_projection_is_stored_and_read_back_only_for_the_same_code_and_inputs(
     monkeypatch.setattr(pj, "code_version", lambda: "edited")         # other code: simulated again
     pj.project(prof, cases, [2], ["10GbE"])
     assert len(simulated) == 8 and len(list((tmp_path / "proj").glob("toy-*.pkl"))) == 4
+    case = pj.simulate_case(prof, cases[1], 8, "10GbE")               # one case: its Prediction, stored
+    assert pj.simulate_case(prof, cases[1], 8, "10GbE") == case and len(list((tmp_path / "proj").glob("*.pkl"))) == 5
 
 
 def test_trace_is_one_steady_iteration(tmp_path):

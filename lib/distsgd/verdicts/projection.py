@@ -25,9 +25,9 @@ measurement instead (`register`'s `at_setting`, `decide_at_setting`).
 The simulator's bound against this machine's own measured step times (`timeline.validate.
 RESOLUTION`, 15%) decides no projected claim.
 
-A projection is stored once made (`project`): the simulator is deterministic, so the same code
-(`provenance.code_version`) on the same inputs reads it back from `projections_dir()` instead of
-simulating again, as a finished run of the same code is reused.
+A projection is stored once made (`project`, `simulate_case`: `stored`): the simulator is
+deterministic, so the same code (`provenance.code_version`) on the same inputs reads it back from
+`projections_dir()` instead of simulating again, as a finished run of the same code is reused.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import hashlib
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pandas as pd
 
@@ -130,14 +130,25 @@ def project(profile: Profile, cases: Iterable[dict[str, Any]], nprocs: Iterable[
     """`timeline.sweep` over labelled cases (dicts: algo, optional params and label, as the
     benchmark's cases): one row per (label, nproc, net) with the sweep's columns (step_s, compute_s,
     exposed_comm_s, throughput, ...) plus `label` and `efficiency` = compute_s / step_s. Read back
-    from `projections_dir()` where the same code projected the same inputs before (module doc)."""
+    from `projections_dir()` where the same code projected the same inputs before (`stored`)."""
     cases, nprocs, nets = list(cases), list(nprocs), list(nets)
-    inputs = repr((code_version(), profile, cases, nprocs, nets, gpus_per_node, intra))
-    stored = projections_dir() / f"{profile.model}-{hashlib.sha256(inputs.encode()).hexdigest()[:16]}.pkl"
-    if stored.is_file():
-        return pd.read_pickle(stored)
-    out = _project(profile, cases, nprocs, nets, gpus_per_node, intra)
-    files.write_bytes_atomic(stored, pickle.dumps(out))     # the kit's own store, read by no one else
+    return stored(profile, ("sweep", cases, nprocs, nets, gpus_per_node, intra),
+                  lambda: _project(profile, cases, nprocs, nets, gpus_per_node, intra))
+
+
+T = TypeVar("T")
+
+
+def stored(profile: Profile, inputs: tuple[Any, ...], simulate_them: Callable[[], T]) -> T:
+    """What `simulate_them` returns for `profile` and `inputs` (everything else it reads), made once
+    per code version (`provenance.code_version`): read back from `projections_dir()` where this
+    code made it before, else simulated and stored (module doc)."""
+    key = repr((code_version(), profile, *inputs))
+    path = projections_dir() / f"{profile.model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl"
+    if path.is_file():
+        return pickle.loads(path.read_bytes())
+    out = simulate_them()
+    files.write_bytes_atomic(path, pickle.dumps(out))       # the kit's own store, read by no one else
     return out
 
 
@@ -180,9 +191,11 @@ def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, 
                   intra: str = "") -> Prediction:
     """The simulator's `Prediction` of one labelled case (dict: algo, optional params and label) at
     `nproc` workers on `net` (inter-node link; `intra` inside nodes of `gpus_per_node`), labelled
-    with `describe`; e.g. for what a table row lacks (a tuned DeAR's trials, `Prediction.tuning`)."""
-    return simulate(profile, case["algo"], nproc, params=case.get("params"), topology=topology(net, gpus_per_node, intra),
-                    label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}")
+    with `describe`; e.g. for what a table row lacks (a tuned DeAR's trials, `Prediction.tuning`).
+    Read back where this code simulated it before (`stored`)."""
+    return stored(profile, ("case", case, nproc, net, gpus_per_node, intra), lambda: simulate(
+        profile, case["algo"], nproc, params=case.get("params"), topology=topology(net, gpus_per_node, intra),
+        label=f"{case.get('label', case['algo'])}, {describe(profile, nproc, net, gpus_per_node, intra)}"))
 
 
 def write_trace(path: str | Path, profile: Profile, case: dict[str, Any], nproc: int, net: str,
