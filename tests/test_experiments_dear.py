@@ -125,3 +125,55 @@ def test_the_projection_decides_every_projected_claim_on_its_table(registered, t
          for m, n in sens.columns]).tolist())
     assert sorted(p.name for p in dear.write_traces(tmp_path, profiles)) == [
         f"trace_{m}_{a}_p64_10GbE.json" for m in ("bert_base", "resnet50") for a in ("ddp", "dear")]
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_stand_in_setting_decides_dear_vs_ddp_from_the_runs_on_the_real_network(tmp_path, monkeypatch, nodes) -> None:
+    """A stand-in setting of 2 workers on one node, mlp standing for ResNet-50: DDP and DeAR train
+    on the real network (2 CPU ranks on this host), and ResNet-50's DDP / DeAR claim is decided by
+    their per-period step times, with the test it was registered with; BERT's, and the gain's
+    shrinking on IB (two networks), stay projected, and the headline names the part measured. At 2
+    nodes on an allocation of one nothing runs and every claim stays projected."""
+    from distsgd.training.allocation import Allocation
+    from distsgd.verdicts.headlines import AT_PAPER_SETTING, HOWS, headline_table
+    from distsgd.verdicts.setting import AT_SETTING
+
+    monkeypatch.setattr(dear, "PROJ_NPROCS", [dear.PROJ_P])
+    one_node = Allocation.parse("1x0")
+    setting = dear.paper_setting({"nproc": 2, "nodes": nodes, "models": ["resnet50"]}, "mlp")
+    claims = Claims("06_dear")
+    profiles, bands = dear.register_claims(claims, setting, one_node)
+    claims.preregister(dry_run=True)
+    stat = claims.registered_tests()["proj_dear_vs_ddp_10gbe_resnet50"]["statistic"]
+    assert "measured at the paper's setting instead" in stat and "standing for the paper's 10GbE" in stat
+    assert "instead" not in claims.registered_tests()["proj_dear_vs_ddp_10gbe_bert_base"]["statistic"]
+    assert (claims.claims["proj_dear_vs_ddp_10gbe_resnet50"].precheck is None) == (nodes == 1)
+    common = dict(model="mlp", data="digits", nproc=2, steps=8, batch_size=16, lr=0.1, backend="gloo", log_every=1,
+                  eval_every=8)
+    real = dear.runs_at_setting(setting, common, one_node)
+    assert (real is None) == (nodes == 2)
+    dear.decide_projection(claims, profiles, bands, tmp_path, setting, real)
+    t = claims.table().set_index("id")
+    how = headline_table(claims.table().assign(notebook="06_dear")).iloc[0].how
+    if nodes == 1:
+        assert set(real) == {"DDP", "DeAR"} and [r.config.net for r in real.values()] == ["", ""]
+        assert t.loc["proj_dear_vs_ddp_10gbe_resnet50", "measured"].startswith(AT_SETTING)
+        assert t.loc["proj_dear_vs_ddp_10gbe_resnet50", "estimate"] == pytest.approx(
+            (real["DDP"].step_seconds() / real["DeAR"].step_seconds()).median())
+        assert how.startswith(HOWS["projected"]) and f"{AT_PAPER_SETTING}: proj_dear_vs_ddp_10gbe_resnet50)" in how
+    else:
+        assert not t.loc[list(bands), "measured"].str.startswith(AT_SETTING).any()
+        assert "not covered" in t.loc["proj_dear_vs_ddp_10gbe_resnet50", "reason"]   # prechecked: no 2 nodes to span
+        assert how.startswith(HOWS["projected"]) and AT_PAPER_SETTING not in how
+    for cid in ("proj_dear_vs_ddp_10gbe_bert_base", "proj_dear_gain_shrinks_ib_resnet50"):
+        assert not t.loc[cid, "measured"].startswith(AT_SETTING)
+
+
+def test_the_setting_names_one_of_the_papers_networks() -> None:
+    from distsgd.errors import ConfigError
+
+    assert dear.paper_setting({}, "resnet50").describe() == (
+        "64 workers on 16 nodes over the real network between them, standing for the paper's 10GbE")
+    assert dear.paper_setting({"net": "IB-EDR"}, "resnet50").covers("resnet50", "10GbE") is False
+    with pytest.raises(ConfigError, match="paper_setting.net"):
+        dear.paper_setting({"net": "100GbE"}, "resnet50")

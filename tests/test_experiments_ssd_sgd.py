@@ -126,3 +126,57 @@ def test_the_projected_latency_claim(tmp_path) -> None:
     assert list(table.speedup) == pytest.approx(list(table["S-SGD (ms/step)"] / table["SSD-SGD k=5 (ms/step)"]))
     decided = claims.table().set_index("id").loc["proj_latency_gain_grows"]
     assert decided.estimate == pytest.approx(table.speedup[2000] / table.speedup[2])
+
+
+def _run_on(tmp: Path, name: str, step_s: list[float], hosts: list[str], net: str = ""):
+    """A finished run's Result written to tmp/name: logged every 10 steps at `step_s` seconds per
+    step of each period, rank i's pid file naming host hosts[i], on network `net`."""
+    from distsgd import Config
+    from distsgd.training.results import Result
+
+    d = tmp / name
+    (d / "ranks").mkdir(parents=True)
+    for rank, host in enumerate(hosts):
+        (d / "ranks" / f"pid_rank{rank}").write_text(f"{host} {100 + rank}\n")
+    steps = [10 * i for i in range(len(step_s) + 1)]
+    wall = np.cumsum([0.0] + [10 * s for s in step_s])
+    return Result(d, Config(algo="ssgd", steps=steps[-1], nproc=len(hosts), net=net), {},
+                  pd.DataFrame({"step": steps, "wall_s": wall, "train_loss": 1.0}))
+
+
+@pytest.mark.parametrize("hosts, latency_only, measured", [(["n1", "n2"], True, True), (["n1", "n1"], True, False),
+                                                            (["n1", "n2"], False, False)])
+def test_a_stand_in_setting_decides_the_latency_claim_from_the_runs(tmp_path, hosts, latency_only, measured) -> None:
+    """A stand-in setting of 2 workers on 2 nodes, mlp standing for ResNet-20: S-SGD and SSD-SGD on
+    the real network and on it with the highest latency added decide the projected latency claim
+    (its registered test: the speedup with the latency over that without, per logged period after
+    the warm-up), and the headline's projected part reads as measured at the paper's setting. Runs
+    on one host, or whose emulated network sets a bandwidth of its own, leave it projected."""
+    from distsgd.training.allocation import Allocation
+    from distsgd.verdicts.headlines import AT_PAPER_SETTING, HOWS, headline_table
+    from distsgd.verdicts.setting import AT_SETTING
+
+    setting = ssd_exp.paper_setting({"nproc": 2, "nodes": 2, "models": ["resnet20"]}, "mlp")
+    claims = Claims("08_ssd_sgd")
+    profile, band = ssd_exp.register_claims(claims, [2, 5], 5, "cosdcasgd", 5, 1000, "mnist", 1.2, 0.95, setting,
+                                            Allocation.parse("2x0"))
+    claims.preregister(dry_run=True)
+    assert "speedup S-SGD / SSD-SGD (k=5) trained on the real network with 2000 us" in \
+        claims.registered_tests()["proj_latency_gain_grows"]["statistic"]
+    high = ssd_exp.HIGH_LATENCY if latency_only else "10Gbit,2000us"
+    real = {"real": {"S-SGD": _run_on(tmp_path, "s", [9.0, 1.0, 1.0, 1.1], hosts),
+                     "SSD-SGD": _run_on(tmp_path, "d", [9.0, 1.0, 1.0, 1.0], hosts)},
+            "high_latency": {"S-SGD": _run_on(tmp_path, "sh", [9.0, 2.0, 2.2, 2.0], hosts, high),
+                             "SSD-SGD": _run_on(tmp_path, "dh", [9.0, 1.0, 1.0, 1.0], hosts, high)}}
+    ssd_exp.decide_projection(claims, profile, band, tmp_path, setting, real, warmup=10)
+    row = claims.table().set_index("id").loc["proj_latency_gain_grows"]
+    how = headline_table(claims.table().assign(notebook="08_ssd_sgd")).iloc[0].how
+    assert row.measured.startswith(AT_SETTING) == measured
+    if measured:
+        assert row.estimate == pytest.approx(2.0) and row.measured.endswith("; 3 logged periods")
+        assert how.startswith(AT_PAPER_SETTING)
+    else:
+        assert how.startswith(HOWS["projected"])
+    assert ssd_exp.runs_at_setting(setting, {"nproc": 2}, SSD, Allocation.parse("1x0")) is None
+    assert ssd_exp.runs_at_setting(ssd_exp.paper_setting({"nproc": 2, "nodes": 1}, "mlp"), {"nproc": 2}, SSD,
+                                   Allocation.parse("1x0")) is None       # mlp stands for no paper model

@@ -136,9 +136,9 @@ def register_projection(claims: Claims, period: int, setting: PaperSetting,
 def runs_at_setting(setting: PaperSetting, common: dict[str, Any], period: int,
                     allocation: Allocation | None = None) -> dict[str, Result] | None:
     """S-SGD, local SGD and CoCoD-SGD (`run_methods`) on the real network (no emulation) where
-    `common`'s runs can span `setting` (its workers, and `allocation`'s nodes: `PaperSetting.reachable`),
+    `common`'s runs can span `setting` (its workers, and `allocation`'s nodes: `PaperSetting.can_run`),
     else None (nothing run)."""
-    if common["nproc"] < setting.nproc or not setting.reachable(allocation or Allocation.detect()):
+    if not setting.can_run(common["nproc"], allocation):
         return None
     return run_methods("", common, period)
 
@@ -450,17 +450,15 @@ def decide_projection(claims: Claims, proj: pd.DataFrame, profiles: dict[str, Pr
 def decide_at_setting(claims: Claims, cid: str, real: dict[str, Result], slower: str, faster: str, spanned: str) -> str:
     """Decide claim `cid` from the runs on the real network at the paper's setting (`runs_at_setting`):
     the time-to-target ratio `slower` / `faster` of each logged period (steps to the target x that
-    period's seconds per step, `time_to_target`), its median and distribution-free interval
-    (`AT_SETTING_STAT`). Returns the verdict."""
+    period's seconds per step, `time_to_target`: the steps' ratio x `projection.period_ratios`), its
+    median and distribution-free interval (`AT_SETTING_STAT`, `projection.decide_at_setting`).
+    Returns the verdict."""
     target, reach, _ = time_to_target(real)
-    times = pd.DataFrame({n: reach[n]["step"] * real[n].step_seconds() for n in (slower, faster)}).dropna()
-    ratios = times[slower] / times[faster]
-    lo, hi = interval_or_nan(median_interval, ratios)
+    ratios = reach[slower]["step"] / reach[faster]["step"] * projection.period_ratios(real[slower], real[faster])
     return projection.decide_at_setting(
-        claims, cid, lo, hi, float(ratios.median()), spanned,
+        claims, cid, ratios, spanned,
         f"steps to loss {target:.3f}: {reach[slower]['step']:.0f} vs {reach[faster]['step']:.0f}; median "
-        f"{1e3 * real[slower].steady_step_time():.1f} vs {1e3 * real[faster].steady_step_time():.1f} ms/step; "
-        f"{len(ratios)} logged periods")
+        f"{1e3 * real[slower].steady_step_time():.1f} vs {1e3 * real[faster].steady_step_time():.1f} ms/step")
 
 
 def decide_per_iteration(claims: Claims, cid: str, per_seed: pd.DataFrame, model: str | None = None) -> str:

@@ -1,7 +1,10 @@
 """Notebook 06 (DeAR, Zhang et al., ICDCS 2023): its benchmark cases, machine checks, trajectory
 comparison, per-round ratios and the projection at the paper's scale (64 V100-fp32 workers as
 16 nodes x 4, PCIe3 inside, 10GbE or IB-EDR between), with the projected claims' registration and
-decisions."""
+decisions. Where the notebook's runs span the paper's setting (`verdicts.setting`: its 64 workers
+on 16 nodes over the real network, standing for the paper's 10GbE), DeAR's speedup over DDP is
+decided from DDP and DeAR trained on the real network instead (`runs_at_setting`); the gain's
+shrinking on IB compares two networks and stays projected."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +20,11 @@ from ..systems.cases import SURVEY_OVERLAP_CASES
 from ..systems.bench_checks import machine_precheck
 from ..verdicts.claims import Claims, Test
 from ..systems.layer_profile import Profile
+from ..training.allocation import Allocation
 from ..training.results import Result
+from ..training.runner import run
 from ..systems.timeline.error_band import RatioBand
+from ..verdicts.setting import PaperSetting
 
 # the paper's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE, PROJ_GPUS, PROJ_NODES, PROJ_INTRA = "V100-fp32", 4, 16, "PCIe3"
@@ -38,6 +44,18 @@ PROJ_CASES = [
     {"algo": "dear", "params": PROJ_TUNE, "label": "DeAR tuned"},
 ]
 SENSITIVITY_MB = (1, 2, 5, 10, 25, 50, 100)          # the post-hoc thresholds
+AT_SETTING_NET = "10GbE"                             # the paper's network the real one stands for (its 83%)
+AT_SETTING_STAT = ("95% interval of the median over the logged periods (median_interval) of DDP / DeAR seconds per "
+                   f"step, both at {PROJ_MB:g} MB, trained on the real network")
+
+
+def paper_setting(value: dict[str, Any] | None, model: str) -> PaperSetting:
+    """The paper's setting (`verdicts.setting`): `PROJ_P` workers on `PROJ_NODES` nodes, the real
+    network standing for `AT_SETTING_NET` (one of `PROJ_NETS`), the notebook's `model` standing for
+    its own claims where it is one of `PROJ_MODELS`; a profile's ``paper_setting`` parameter `value`
+    names a stand-in."""
+    return PaperSetting.parse(value, PROJ_P, PROJ_NODES, [model] if model in PROJ_MODELS else [], AT_SETTING_NET,
+                              PROJ_NETS)
 
 
 def where(profile: Profile, net: str) -> str:
@@ -53,7 +71,8 @@ FASTER = "null: no difference, DDP / DeAR = 1 (the paper's 1.83x is its 64-GPU c
 AS_FAST = "null: no difference, 25 MB / tuned = 1 (SPECS f: BO within ~10 trials <= the default)"
 
 
-def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
+def register_claims(claims: Claims, setting: PaperSetting | None = None,
+                    allocation: Allocation | None = None) -> tuple[dict[str, Profile], dict[str, RatioBand | None]]:
     """Register the notebook's claims, before any run. Measured (per-round ratios of step times on
     the emulated networks): DDP / DeAR > 1 on 10GbE-like (superiority over the null; the paper's 1.83x
     is its cluster's), the gain on IB-like / on 10GbE-like < 1 (superiority over the null; the paper:
@@ -62,7 +81,9 @@ def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, Ratio
     per model at 64 workers: DDP / DeAR against the paper's "up to 83%" on 10GbE (1.83), the gain
     shrinking on IB-EDR (< 1), and on each network DeAR 25 MB / DeAR tuned >= 1, only where it can
     fail: no grid point of the tuner makes 25 MB's fusion groups (`algorithms.dear.grid_twins`), else
-    ValueError. Returns the committed profiles and each projected claim's band (None: not covered)."""
+    ValueError. DDP / DeAR of the models `setting` names on its network is measured instead where the
+    runs span it (`AT_SETTING_STAT`; its precheck applies only where `allocation`, default this
+    process's, cannot). Returns the committed profiles and each projected claim's band (None: not covered)."""
     stat = "median of per-round ratios, 95% quantile_test interval"
     claims.register("dear_vs_ddp_10gbe", "on the comm-bound network DeAR is faster than DDP",
                     "up to 1.83x (64 GPUs, 10GbE)",
@@ -78,12 +99,15 @@ def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, Ratio
     model = {(label, net): pj.runtime(case, net, PROJ_GPUS, PROJ_INTRA)
              for case in PROJ_CASES for label in [case["label"]] for net in PROJ_NETS}
     bands = {}
+    reachable = setting is not None and setting.reachable(allocation or Allocation.detect())
     for m, prof in profiles.items():
         label = {net: where(prof, net) for net in PROJ_NETS}
+        at_setting = (setting, AT_SETTING_STAT, reachable) if setting is not None and setting.covers(m, "10GbE") else None
         bands[f"proj_dear_vs_ddp_10gbe_{m}"] = pj.register(
             claims, f"proj_dear_vs_ddp_10gbe_{m}", f"{m} at the paper's scale: DeAR's speedup over DDP on 10GbE "
             "reaches the paper's 83%", "up to 1.83x (64 GPUs, 10GbE)", f"DDP / DeAR step time, {label['10GbE']}",
-            ">=", 1.83, "up-to", UP_TO, [(model["DDP", "10GbE"], "10GbE")], [(model["DeAR", "10GbE"], "10GbE")])
+            ">=", 1.83, "up-to", UP_TO, [(model["DDP", "10GbE"], "10GbE")], [(model["DeAR", "10GbE"], "10GbE")],
+            at_setting)
         bands[f"proj_dear_gain_shrinks_ib_{m}"] = pj.register(
             claims, f"proj_dear_gain_shrinks_ib_{m}", f"{m} at the paper's scale: DeAR's gain over DDP shrinks on IB",
             "1.15x on 100 Gb/s IB vs 1.83x on 10GbE",
@@ -110,12 +134,14 @@ def register_claims(claims: Claims) -> tuple[dict[str, Profile], dict[str, Ratio
 
 def design(nproc: int, steps: int, model: str, data: str, bench_model: str, bench_nprocs: list[int],
            bench_batch_size: int, bench_nets: list[str], bench_steps: int, bench_warmup: int, repeats: int,
-           threshold_mb: float, tune: dict[str, Any], backend: str) -> dict[str, Any]:
+           threshold_mb: float, tune: dict[str, Any], backend: str,
+           paper_setting: dict[str, Any] | None = None) -> dict[str, Any]:
     """What fixes the deciding runs (`Claims.preregister`'s design): the trajectory runs' ranks,
     steps, model and data; the benchmark's model, worker counts, batch, networks, timed and warm-up
-    steps, rounds, threshold, tuner and backend; and the projection's setting (device, models and
-    batches, workers, nodes, networks, DeAR's threshold and tuner)."""
-    return {"nproc": nproc, "steps": steps, "model": model, "data": data, "bench_model": bench_model,
+    steps, rounds, threshold, tuner and backend; the projection's setting (device, models and
+    batches, workers, nodes, networks, DeAR's threshold and tuner); and a profile's stand-in
+    `paper_setting` where it names one."""
+    return ({"paper_setting": dict(paper_setting)} if paper_setting else {}) | {"nproc": nproc, "steps": steps, "model": model, "data": data, "bench_model": bench_model,
             "bench_nprocs": list(bench_nprocs), "bench_batch_size": bench_batch_size, "bench_nets": list(bench_nets),
             "bench_steps": bench_steps, "bench_warmup": bench_warmup, "repeats": repeats, "threshold_mb": threshold_mb,
             "tune": dict(tune), "backend": backend,
@@ -179,6 +205,34 @@ def check_invariants(claims: Claims, ssgd: Result, dear: Result) -> bool:
                             "bytes DeAR / S-SGD = 1 (+-1e-3)", f"{bytes_ratio:.5f}", abs(bytes_ratio - 1) <= 1e-3) and same
 
 
+def runs_at_setting(setting: PaperSetting, common: dict[str, Any],
+                    allocation: Allocation | None = None) -> dict[str, Result] | None:
+    """DDP and DeAR, both at the paper's `PROJ_MB` (DDP's buckets, DeAR's fusion threshold), trained
+    like the trajectory runs (`common`) on the real network (no emulation) where they can span
+    `setting` (`PaperSetting.can_run`: `common`'s workers, `allocation`'s nodes) and it names one of
+    `PROJ_MODELS` on 10GbE; else None (nothing run)."""
+    if not (any(setting.covers(m, "10GbE") for m in PROJ_MODELS) and setting.can_run(common["nproc"], allocation)):
+        return None
+    return {"DDP": run(algo="ddp", params={"bucket_mb": PROJ_MB}, name="ddp_at_setting", net="", **common),
+            "DeAR": run(algo="dear", params={"threshold_mb": PROJ_MB}, name="dear_at_setting", net="", **common)}
+
+
+def decide_at_setting(claims: Claims, setting: PaperSetting, real: dict[str, Result] | None) -> list[str]:
+    """Decide DDP / DeAR of the models `setting` names (`proj_dear_vs_ddp_10gbe_<model>`, where its
+    network is 10GbE) from the runs on the real network (`runs_at_setting`) where they span it:
+    the per-period ratio of their seconds per step (`projection.period_ratios`, its median and
+    distribution-free interval, `AT_SETTING_STAT`). Returns the claim ids so decided."""
+    spanned, why = setting.spanned_by((real or {}).values())
+    if not spanned:
+        return []
+    decided = [f"proj_dear_vs_ddp_10gbe_{m}" for m in PROJ_MODELS if setting.covers(m, "10GbE")]
+    for cid in decided:
+        pj.decide_at_setting(claims, cid, pj.period_ratios(real["DDP"], real["DeAR"]), why,
+                             f"median {1e3 * real['DDP'].steady_step_time():.1f} vs "
+                             f"{1e3 * real['DeAR'].steady_step_time():.1f} ms/step")
+    return decided
+
+
 def bench_cases(threshold_mb: float, tune_min_mb: float, tune_max_mb: float, tune_trials: int,
                 tune_window: int) -> list[dict[str, Any]]:
     """The benchmark's schedules: DDP and S-SGD fusing at `threshold_mb`, WFBP, DeAR at it, without
@@ -210,9 +264,11 @@ def round_ratios(bench: pd.DataFrame, p: int) -> tuple[dict[str, pd.Series], pd.
 
 
 def decide_projection(claims: Claims, profiles: dict[str, Profile], bands: dict[str, RatioBand | None],
-                      out: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                      out: Path, setting: PaperSetting | None = None,
+                      real: dict[str, Result] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Project every schedule (`PROJ_CASES`) at 8..64 workers on both networks, decide the projected
-    claims at 64 workers within their bands (`projection.decide`) and write projection.csv, the
+    claims at 64 workers within their bands (`projection.decide`; those the runs on the real network
+    `real` decide at the paper's `setting` instead, `decide_at_setting`) and write projection.csv, the
     profile notes and the tuner's trials (projection_tuning.csv) to `out`. Returns the projection,
     the tuner's trials (step ms per trial and threshold; model and network in columns), and DeAR against every schedule at 64 workers (`versus_dear`)."""
     proj = pd.concat([pj.project(prof, PROJ_CASES, PROJ_NPROCS, PROJ_NETS, PROJ_GPUS, PROJ_INTRA)
@@ -220,13 +276,15 @@ def decide_projection(claims: Claims, profiles: dict[str, Profile], bands: dict[
     proj.drop(columns=["params"]).to_csv(out / "projection.csv", index=False)
     at = proj[proj.nproc == PROJ_P].set_index(["model", "net", "label"]).sort_index()
     tuning = []                                      # the tuner's trials at 64 workers
+    measured = decide_at_setting(claims, setting, real) if setting is not None else []
     for m, prof in profiles.items():
         pj.write_profile_note(out / f"projection_profile_{m}.txt", prof)
         step = {net: at.loc[(m, net)].step_s for net in PROJ_NETS}
         gain = {net: step[net]["DDP"] / step[net]["DeAR"] for net in PROJ_NETS}
         ms = lambda net: ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in step[net].items())   # noqa: E731
-        pj.decide(claims, f"proj_dear_vs_ddp_10gbe_{m}", gain["10GbE"], where(prof, "10GbE"),
-                  bands[f"proj_dear_vs_ddp_10gbe_{m}"], f"step times {ms('10GbE')}")
+        if f"proj_dear_vs_ddp_10gbe_{m}" not in measured:
+            pj.decide(claims, f"proj_dear_vs_ddp_10gbe_{m}", gain["10GbE"], where(prof, "10GbE"),
+                      bands[f"proj_dear_vs_ddp_10gbe_{m}"], f"step times {ms('10GbE')}")
         pj.decide(claims, f"proj_dear_gain_shrinks_ib_{m}", gain["IB-EDR"] / gain["10GbE"], where(prof, "IB-EDR"),
                   bands[f"proj_dear_gain_shrinks_ib_{m}"],
                   f"gain DDP/DeAR {gain['IB-EDR']:.3f}x on IB-EDR vs {gain['10GbE']:.3f}x on 10GbE; step times {ms('IB-EDR')}")

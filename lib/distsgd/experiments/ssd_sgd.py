@@ -1,7 +1,10 @@
 """Notebook 08 (SSD-SGD, stale synchronous / delayed global updates with a local rule): the claims'
 registration, the networks scaled to this machine, the runs on the high-latency network and on
 paired seeds, their tables, the latency gain, the accuracy decisions and the projection at the
-paper's setting (ResNet-20 b128 on V100-fp32, 4 workers, 10 Gbit/s at 2 us .. 2 ms latency)."""
+paper's setting (ResNet-20 b128 on V100-fp32, 4 workers, 10 Gbit/s at 2 us .. 2 ms latency). Where
+the notebook's runs span the paper's setting (`verdicts.setting`: its 4 workers on 4 machines over
+the real network), the projected latency claim is decided from S-SGD and SSD-SGD trained on the real
+network and on it with the projection's highest latency added instead (`runs_at_setting`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -13,9 +16,11 @@ import pandas as pd
 from ..verdicts import projection as pj
 from ..verdicts.claims import Claims, Test
 from ..systems.layer_profile import Profile
+from ..training.allocation import Allocation
 from ..training.results import Result
 from ..training.runner import run
 from ..systems.timeline.error_band import RatioBand
+from ..verdicts.setting import PaperSetting, added_latency
 
 # the paper's setting (SPECS.md h), fixed before the projection; not parameters of the notebook
 PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH = "resnet20", "V100-fp32", 128
@@ -25,6 +30,18 @@ PROJ_LATENCIES_US = [2, 20, 200, 2000]          # alpha per message at 10GbE's b
 PROJ_NETS = {us: f"bandwidth=10Gbit,latency={us}us" for us in PROJ_LATENCIES_US}
 PROJ_CASES = [{"algo": "ssgd", "label": "S-SGD"},
               {"algo": "ssd_sgd", "params": {"period": PROJ_PERIOD}, "label": f"SSD-SGD k={PROJ_PERIOD}"}]
+PAPER_NODES = PROJ_NPROC                         # one worker per machine
+HIGH_LATENCY = added_latency(f"{PROJ_LATENCIES_US[-1]}us")   # at the setting: the real network with the highest latency added
+AT_SETTING_STAT = ("95% interval of the median over the logged periods after the warm-up (median_interval) of the "
+                   f"speedup S-SGD / SSD-SGD (k={PROJ_PERIOD}) trained on the real network with {PROJ_LATENCIES_US[-1]} us "
+                   "added per message over that on the real network")
+
+
+def paper_setting(value: dict[str, Any] | None, model: str) -> PaperSetting:
+    """The paper's setting (`verdicts.setting`): `PROJ_NPROC` workers on `PAPER_NODES` machines, the
+    notebook's `model` standing for `PROJ_MODEL` where it is that model; a profile's
+    ``paper_setting`` parameter `value` names a stand-in."""
+    return PaperSetting.parse(value, PROJ_NPROC, PAPER_NODES, [model] if model == PROJ_MODEL else [])
 
 
 def check_parameters(periods: Sequence[int], seeds: Any) -> tuple[int, list[int]]:
@@ -51,15 +68,18 @@ COSTS = "null: no difference, 0 points (the paper: \"GLU is critical\", no size)
 
 
 def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local_rule: str, seeds: int, n_test: int,
-                    acc_data: str, resolution: float, expected_acc: float) -> tuple[Profile, RatioBand | None]:
+                    acc_data: str, resolution: float, expected_acc: float, setting: PaperSetting | None = None,
+                    allocation: Allocation | None = None) -> tuple[Profile, RatioBand | None]:
     """Register the notebook's claims before any run. On accuracy (paired test over `seeds` seeds x
     `n_test` test images, expected half-width `resolution` points at `expected_acc`, stated in the
     statistic): S-SGD - SSD-SGD <= 0 points for each k <= 5 (non-inferiority at the null: the paper
     gives no tolerance), and at k = `kmax` the warm-up and the local rule each cost accuracy when
     removed (superiority over the null, > 0). On time: the throughput gain over S-SGD grows with the
     network's latency (superiority over the null; measured, and projected at the paper's setting
-    within the simulator's error measured for the same runtime models, `projection.register`).
-    Returns the projection's profile and band (None: not covered)."""
+    within the simulator's error measured for the same runtime models, `projection.register`; measured
+    instead where the runs span `setting` and it names `PROJ_MODEL`, `AT_SETTING_STAT`, its precheck
+    applying only where `allocation`, default this process's, cannot). Returns the projection's
+    profile and band (None: not covered)."""
     paired = (f"paired 95% interval, {seeds} seeds x {n_test} {acc_data} test images (paired_accuracy_interval; "
               f"expected half-width {resolution:.1f} points at {100 * expected_acc:.0f}% accuracy)")
     for k in acc_periods:
@@ -89,17 +109,20 @@ def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local
         "at the highest latency / at the lowest", ">=", 1.0, "superiority",
         GROWS_RATIO,
         [(model["ssgd", hi_net], hi_net), (model["ssd_sgd", lo_net], lo_net)],
-        [(model["ssd_sgd", hi_net], hi_net), (model["ssgd", lo_net], lo_net)])
+        [(model["ssd_sgd", hi_net], hi_net), (model["ssgd", lo_net], lo_net)],
+        (setting, AT_SETTING_STAT, setting.reachable(allocation or Allocation.detect()))
+        if setting is not None and setting.covers(PROJ_MODEL) else None)
     return profile, band
 
 
 def design(seed: int, seeds: int, steps: int, nproc: int, batch_size: int, model: str, data: str, acc_data: str,
            periods: Sequence[int], warmup: int, local_lr_scale: float, local_rule: str, bandwidth_ratio: float,
-           low_latency: str, latency_ratio: float, backend: str) -> dict[str, Any]:
+           low_latency: str, latency_ratio: float, backend: str, paper_setting: dict[str, Any] | None = None) -> dict[str, Any]:
     """What fixes the deciding runs (`Claims.preregister`'s design): seeds, steps, ranks, batch, the
     timing and accuracy data, the periods, SSD-SGD's warm-up, local lr and rule, the networks' rule
-    and the backend; and the projection's setting (device, model, batch, workers, period, latencies)."""
-    return {"seed": seed, "seeds": seeds, "steps": steps, "nproc": nproc, "batch_size": batch_size, "model": model,
+    and the backend; the projection's setting (device, model, batch, workers, period, latencies);
+    and a profile's stand-in `paper_setting` where it names one."""
+    return ({"paper_setting": dict(paper_setting)} if paper_setting else {}) | {"seed": seed, "seeds": seeds, "steps": steps, "nproc": nproc, "batch_size": batch_size, "model": model,
             "data": data, "acc_data": acc_data, "periods": list(periods), "warmup": warmup,
             "local_lr_scale": local_lr_scale, "local_rule": local_rule, "bandwidth_ratio": bandwidth_ratio,
             "low_latency": low_latency, "latency_ratio": latency_ratio, "backend": backend,
@@ -228,12 +251,46 @@ def decide_accuracy(claims: Claims, runs: Mapping[tuple[int, str], Result], seed
         claims.decide_paired_accuracy(cid, *([runs[s, m].test_correct("evaluated") for s in seeds] for m in (a, b)), a, b)
 
 
-def decide_projection(claims: Claims, profile: Profile, band: RatioBand | None,
-                      out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def runs_at_setting(setting: PaperSetting, common: Mapping[str, Any], ssd: Mapping[str, Any],
+                    allocation: Allocation | None = None) -> dict[str, dict[str, Result]] | None:
+    """S-SGD and SSD-SGD (k = `PROJ_PERIOD`, `ssd`'s warm-up and local rule), trained like `common`
+    on the real network ("real") and on it with the projection's highest latency added
+    (`HIGH_LATENCY`), where the runs can span `setting` (`PaperSetting.can_run`: `common`'s
+    workers, `allocation`'s nodes) and it names `PROJ_MODEL`; else None (nothing run)."""
+    if not (setting.covers(PROJ_MODEL) and setting.can_run(common["nproc"], allocation)):
+        return None
+    return {label: {"S-SGD": run(algo="ssgd", name=f"ssgd_at_setting_{label}", net=net, **common),
+                    "SSD-SGD": run(algo="ssd_sgd", params={**ssd, "period": PROJ_PERIOD},
+                                   name=f"ssd_k{PROJ_PERIOD}_at_setting_{label}", net=net, **common)}
+            for label, net in (("real", ""), ("high_latency", HIGH_LATENCY))}
+
+
+def decide_at_setting(claims: Claims, setting: PaperSetting, real: Mapping[str, Mapping[str, Result]] | None,
+                      warmup: int) -> bool:
+    """Decide `proj_latency_gain_grows` from the runs of `runs_at_setting` where they span `setting`
+    (the high-latency ones adding only a latency, `PaperSetting.spanned_by`'s `latency_added`) and
+    it names `PROJ_MODEL`: per logged period after SSD-SGD's `warmup`, the speedup S-SGD / SSD-SGD
+    with the latency added over that on the real network (`projection.period_ratios`), its median
+    and distribution-free interval (`AT_SETTING_STAT`). Returns whether it was decided so."""
+    runs = [r for group in (real or {}).values() for r in group.values()]
+    spanned, why = setting.spanned_by(runs, latency_added=True)
+    if not (spanned and setting.covers(PROJ_MODEL)):
+        return False
+    speedup = {label: pj.period_ratios(group["S-SGD"], group["SSD-SGD"], after=warmup) for label, group in real.items()}
+    pj.decide_at_setting(claims, "proj_latency_gain_grows", (speedup["high_latency"] / speedup["real"]).dropna(), why,
+                         f"speedup S-SGD / SSD-SGD (median) {speedup['real'].median():.3f} on the real network, "
+                         f"{speedup['high_latency'].median():.3f} with {PROJ_LATENCIES_US[-1]} us added")
+    return True
+
+
+def decide_projection(claims: Claims, profile: Profile, band: RatioBand | None, out: Path,
+                      setting: PaperSetting | None = None, real: Mapping[str, Mapping[str, Result]] | None = None,
+                      warmup: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """S-SGD and SSD-SGD (k = 5) projected at the paper's setting on 10 Gbit/s at each latency
     (out/projection.csv, the profile note), and the projected latency claim decided within its band:
-    the speedup S-SGD / SSD-SGD at the highest latency / at the lowest. Returns the projection (with
-    `latency (us)`) and its table per latency (ms per step, speedup, gain)."""
+    the speedup S-SGD / SSD-SGD at the highest latency / at the lowest; or, where the runs `real`
+    span the paper's `setting`, from them (`decide_at_setting`, after `warmup`). Returns the
+    projection (with `latency (us)`) and its table per latency (ms per step, speedup, gain)."""
     proj = pj.project(profile, PROJ_CASES, [PROJ_NPROC], list(PROJ_NETS.values()))
     proj["latency (us)"] = proj.net.map({v: k for k, v in PROJ_NETS.items()})
     step = proj.pivot(index="latency (us)", columns="label", values="step_s")
@@ -244,6 +301,8 @@ def decide_projection(claims: Claims, profile: Profile, band: RatioBand | None,
     proj.to_csv(out / "projection.csv", index=False)
     pj.write_profile_note(out / "projection_profile.txt", profile)
     lo_us, hi_us = PROJ_LATENCIES_US[0], PROJ_LATENCIES_US[-1]
+    if setting is not None and decide_at_setting(claims, setting, real, warmup):
+        return proj, table
     pj.decide(claims, "proj_latency_gain_grows", float(speedup[hi_us] / speedup[lo_us]),
               pj.describe(profile, PROJ_NPROC, "10Gbit"), band,
               "gain " + ", ".join(f"{g:+.0%} at {us} us" for us, g in (speedup - 1).items())

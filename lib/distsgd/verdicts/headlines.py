@@ -4,8 +4,8 @@ tests it, the verdict and one line of reason.
 The rows are fixed in ``reproduce/headlines.yaml`` before the runs (committed, like the claims'
 registrations): per paper notebook, the abstract's sentence, `how` (``measured`` here at small
 scale, ``projected`` to the paper's setting within the simulator's measured error, or ``untested``
-with `why`; a projected one reads as measured at the paper's setting where this run's deciding
-claims all were, `verdicts.setting`), and the notebook's claim ids that together test the abstract's own empirical sentence
+with `why`; a projected one reads as measured at the paper's setting where this run's projected
+deciding claims all were, and names those that were where only some were, `verdicts.setting`), and the notebook's claim ids that together test the abstract's own empirical sentence
 (`claims`). The verdict follows from those claims' verdicts in a run: reproduced when all are
 reproduced, contradicted when any is contradicted, inconclusive otherwise (or when one was not
 decided). Parts the abstract does not claim (an ablation, a setting the paper never measured) are
@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import setting
+from .claims import is_projected
 from .verdict import CONTRADICTED, INCONCLUSIVE, REPRODUCED
 
 HOWS = {"measured": "measured here (small scale)",
@@ -57,13 +58,19 @@ class Headline:
             raise ValueError(f"{where}.reported: {sorted(both)} also decide it (in claims); a part either decides or is reported")
 
     def resolved_how(self, claims: pd.DataFrame) -> str:
-        """How this run tested it, in words (`HOWS`): a projected headline whose deciding claims were
-        all measured at the paper's setting (their `measured` text, `setting.decided_at_setting`)
-        reads `AT_PAPER_SETTING`; otherwise as `how` says."""
+        """How this run tested it, in words (`HOWS`): a projected headline whose projected deciding
+        claims (`claims.is_projected`; a measured part, e.g. an accuracy, stays measured) were all
+        measured at the paper's setting (their `measured` text, `setting.decided_at_setting`) reads
+        `AT_PAPER_SETTING`; where only some were, the projected `how` names those; otherwise as
+        `how` says."""
         measured = claims.set_index("id").measured if "measured" in claims else pd.Series(dtype=object)
-        if self.how == "projected" and all(setting.decided_at_setting(measured.get(c)) for c in self.claims):
+        projected = [c for c in self.claims if is_projected(c)]
+        at_setting = [c for c in projected if setting.decided_at_setting(measured.get(c))]
+        if self.how != "projected" or not at_setting:
+            return HOWS[self.how]
+        if len(at_setting) == len(projected):
             return AT_PAPER_SETTING
-        return HOWS[self.how]
+        return f"{HOWS[self.how]} ({AT_PAPER_SETTING}: {', '.join(at_setting)})"
 
     def decide(self, claims: pd.DataFrame) -> tuple[str, str]:
         """(verdict, reason) from a claims table (columns id, verdict, reason) of this notebook's run:

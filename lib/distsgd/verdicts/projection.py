@@ -20,7 +20,8 @@ A projected claim's threshold is the paper's (its number quoted in the test's so
 
 Where a notebook's runs span the paper's setting (`verdicts.setting`: its workers on its nodes over
 the real network between them), the same registered test decides the claim from the run's own
-measurement instead (`register`'s `at_setting`, `decide_at_setting`).
+measurement instead (`register`'s `at_setting`; `decide_at_setting` on the median of per-period
+ratios, e.g. `period_ratios` of two runs' step times).
 
 The simulator's bound against this machine's own measured step times (`timeline.validate.
 RESOLUTION`, 15%) decides no projected claim.
@@ -39,7 +40,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pandas as pd
 
-from .claims import PROJECTED_PREFIX, Claims, Test, is_projected
+from .claims import PROJECTED_PREFIX, Claims, Test, interval_or_nan, is_projected, median_interval
 from .setting import AT_SETTING, PaperSetting
 from .. import files
 from ..paths import results_root
@@ -50,6 +51,7 @@ from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model
 from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
 from ..systems.timeline.sweep import find_profile, sweep
 from ..systems.timeline.topology import Topology
+from ..training.results import Result
 
 
 def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, side: str, threshold: float,
@@ -177,14 +179,23 @@ def decide(claims: Claims, id: str, ratio: float, label: str, band: RatioBand | 
     return claims.decide(id, low, high, ratio, measured + (f"; {detail}" if detail else ""))
 
 
-def decide_at_setting(claims: Claims, id: str, low: float, high: float, estimate: float, spanned: str,
-                      detail: str = "") -> str:
+def period_ratios(numerator: Result, denominator: Result, after: int = 0) -> pd.Series:
+    """Per logged period that both runs logged (`Result.step_seconds` of the periods ending after
+    step `after`), `numerator`'s seconds per step over `denominator`'s: a step-time ratio measured
+    at the paper's setting, one value per period (`decide_at_setting`)."""
+    return (numerator.step_seconds(after) / denominator.step_seconds(after)).dropna()
+
+
+def decide_at_setting(claims: Claims, id: str, ratios: pd.Series, spanned: str, detail: str = "") -> str:
     """Decide claim `id`, registered with `register(..., at_setting=...)`, by the run's own
-    measurement at the paper's setting: its interval [`low`, `high`] and `estimate`; `spanned` says
-    which runs spanned the setting (`PaperSetting.spanned_by`). Its measured text starts with
-    `setting.AT_SETTING`. Returns the verdict."""
+    measurement at the paper's setting: `ratios`, one per logged period (e.g. `period_ratios`), their
+    median and its distribution-free 95% interval (`claims.median_interval`); `spanned` says which
+    runs spanned the setting (`PaperSetting.spanned_by`). Its measured text starts with
+    `setting.AT_SETTING` and ends with the number of periods. Returns the verdict."""
+    low, high = interval_or_nan(median_interval, ratios)
+    estimate = float(ratios.median())
     return claims.decide(id, low, high, estimate, f"{AT_SETTING} ({spanned}); ratio {estimate:.3f}"
-                         + (f"; {detail}" if detail else ""))
+                         + (f"; {detail}" if detail else "") + f"; {len(ratios)} logged periods")
 
 
 def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, gpus_per_node: int = 1,
