@@ -7,17 +7,18 @@ import pytest
 
 
 PROJECTIONS_ENV = "DISTSGD_PROJECTIONS"                 # distsgd.verdicts.projection's store
-SHARED_PROJECTIONS = os.environ.get(PROJECTIONS_ENV)    # `make test`'s, for the suites that execute notebooks
+SHARED_PROJECTIONS = os.environ.get(PROJECTIONS_ENV)    # `make test`'s one store (tests/run_suites.py)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_results(tmp_path, monkeypatch, request):
     """Every test writes runs, figures and projections under its own temporary directory; a test
-    marked `notebook_runs` reads and adds to the projections of the suites that execute notebooks
-    (tests/run_suites.py), since a projection depends on nothing but the code and its inputs."""
+    marked `shared_projections` reads and adds to the one store of `make test` (tests/run_suites.py:
+    its notebooks' and those tests'), since a projection depends on nothing but the code and its
+    inputs; a test that patches the simulator's code keeps its own."""
     monkeypatch.setenv("DISTSGD_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("DISTSGD_FIGURES", str(tmp_path / "figures"))
-    if SHARED_PROJECTIONS and request.node.get_closest_marker("notebook_runs"):
+    if SHARED_PROJECTIONS and request.node.get_closest_marker("shared_projections"):
         monkeypatch.setenv(PROJECTIONS_ENV, SHARED_PROJECTIONS)
     else:
         monkeypatch.delenv(PROJECTIONS_ENV, raising=False)

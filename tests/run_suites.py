@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     suites = [s for s in SUITES if args.only is None or s.name in args.only]
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="distsgd-suites-") as tmp:
-        # one store of projections for every notebook the suites execute (distsgd.verdicts.projection:
-        # the same code on the same inputs reads a projection back); the library's tests keep their own
+        # one store of projections for every notebook the suites execute and the tests marked
+        # shared_projections (distsgd.verdicts.projection: the same code on the same inputs reads a
+        # projection back); the other tests keep their own (tests/conftest.py)
         os.environ.setdefault("DISTSGD_PROJECTIONS", str(Path(tmp) / "projections"))
 
         def run(suite: Suite) -> Outcome:

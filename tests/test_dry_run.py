@@ -35,7 +35,7 @@ def test_full_profile_lists_without_errors_and_substitutes_backend() -> None:
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-@pytest.mark.notebook_runs
+@pytest.mark.shared_projections
 def test_full_profile_dry_run_executes(tmp_path) -> None:
     out = tmp_path / "dry"
     # two notebooks at a time: their 2-step runs wait on process start-up and I/O as much as on

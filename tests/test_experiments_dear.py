@@ -103,6 +103,7 @@ def test_machine_checks_mark_the_claims_a_failed_check_concerns(monkeypatch, tmp
     assert why["dear_tuned_vs_default"] is None                # the decoupling does not concern it
 
 
+@pytest.mark.shared_projections
 def test_the_projection_decides_every_projected_claim_on_its_table(registered, tmp_path, monkeypatch) -> None:
     # the claims are decided at 64 workers; the others only draw the notebook's figure
     monkeypatch.setattr(dear, "PROJ_NPROCS", [dear.PROJ_P])
@@ -127,6 +128,7 @@ def test_the_projection_decides_every_projected_claim_on_its_table(registered, t
         f"trace_{m}_{a}_p64_10GbE.json" for m in ("bert_base", "resnet50") for a in ("ddp", "dear")]
 
 
+@pytest.mark.shared_projections
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_a_stand_in_setting_decides_dear_vs_ddp_from_the_runs_on_the_real_network(tmp_path, monkeypatch, nodes) -> None:
     """A stand-in setting of 2 workers on one node, mlp standing for ResNet-50: DDP and DeAR train

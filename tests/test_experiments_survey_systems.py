@@ -99,6 +99,7 @@ def test_simulator_check_marks_what_the_precheck_found_emulable(monkeypatch, tmp
     assert seen == {"sizes": [65536, 262144, 300_000], "reps": 2, "nprocs": [2]}
 
 
+@pytest.mark.shared_projections
 def test_the_projection_decides_on_its_own_table(tmp_path, monkeypatch) -> None:
     # the claims and the published comparison are at 32 workers; the others only draw the notebook's figure
     monkeypatch.setattr(survey, "PROJ_NPROCS", [survey.PROJ_P])

@@ -75,6 +75,7 @@ def test_the_committed_validation_tables_are_shown_or_said_missing(tmp_path, cap
     assert len(sysb.show_timeline_validation(tmp_path)) and (tmp_path / "timeline_validation.png").is_file()
 
 
+@pytest.mark.shared_projections
 def test_the_projection_holds_the_simulator_invariant(tmp_path) -> None:
     claims = _claims()
     proj = sysb.project_with_invariants(claims, tmp_path)

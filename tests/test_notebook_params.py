@@ -27,7 +27,7 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb
 SETS = ["nproc=6", "nprocs=[6]", "bench_nprocs=[3]", "seed=7"]
 
 
-@pytest.mark.notebook_runs
+@pytest.mark.shared_projections
 def test_notebooks_run_at_another_world_size_and_seed(tmp_path) -> None:
     assert len(NOTEBOOKS) == 11
     out = tmp_path / "dry"
