@@ -107,6 +107,9 @@ class Algorithm:
     # its own passes over its buffers that no layer times, each announced where it runs with
     # `Comm.work(name)` (the simulator charges them; `timed_work` runs them for measuring)
     work_passes: ClassVar[tuple[str, ...]] = ()
+    # whether the timeline simulator's stand-in model holds storage (CPU tensors) instead of meta
+    # tensors: a runtime that reads tensors back (torch's DDP reducer, its rebuilt bucket order)
+    simulated_storage: ClassVar[bool] = False
 
     model: torch.nn.Module                 # the model of this rank
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)

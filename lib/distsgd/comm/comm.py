@@ -122,6 +122,10 @@ class Handle:
 class Comm:
     """Collectives with a byte ledger and optional network emulation, for one rank."""
 
+    # collectives move data (the timeline simulator's `SimComm` records them only: a runtime that
+    # synchronises the ranks' models at its start, DDP's, skips that there)
+    moves_data = True
+
     def __init__(self, rank: int, world_size: int, device: torch.device,
                  net: NetModel | None = None, ring_reduce_scatter: bool = False,
                  group: "dist.ProcessGroup | None" = None, owns_group: bool = False) -> None:

@@ -5,7 +5,7 @@ exposed_comm_s, events, to_chrome_trace); `python -m distsgd simulate` sweeps co
 
 Modules: `topology` (which link, what cost), `streams` (one rank's compute stream and FIFO links),
 `driver` (the algorithm's own class driven over the profile with a recording `SimComm`), `stated`
-(the stated models of other libraries' runtimes: DDP's reducer, Horovod's fusion cycle, BytePS),
+(the stated models of other libraries' runtimes: Horovod's fusion cycle, BytePS),
 `simulator` (`simulate`: the steady state, `Prediction`, `RuntimeModel`, the collectives a run
 issues), `sweep` (the CLI's table of configurations), `costs` (the per-call issue and copy costs and
 an algorithm's own passes on the compute stream: `simulate(..., overheads=Overheads(...))`, by

@@ -2,7 +2,7 @@
 
 The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
 profile, its collectives charged on the network model) or, where it stands for another library's
-runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS). From the
+runtime, a stated model (`stated_model`: Horovod's fusion cycle, BytePS). From the
 first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
@@ -49,7 +49,7 @@ from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
 from .costs import Overheads, for_profile
-from .stated import BytePS, DDP, HorovodWFBP, Simulated
+from .stated import BytePS, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
@@ -209,13 +209,9 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
     """Every collective the simulator charges for a run of `steps` steps of `algo` from a fresh
     start (its `finalize` included), one row each in issue order, with the columns of a run's
     comm.csv that do not depend on wall time (`driver.COLLECTIVE_COLUMNS`): its own class driven
-    (`driver.issued_collectives`). ddp: torch's reducer
-    issues them, which the simulator does not drive (ConfigError)."""
+    (`driver.issued_collectives`)."""
     if algo not in REGISTRY:
         raise ConfigError("algo", algo, sorted(REGISTRY))
-    if algo == DDP.algo:
-        raise ConfigError("algo", algo, sorted(set(REGISTRY) - {DDP.algo}),
-                          "ddp's collectives are torch's reducer's, a stated model in the simulator")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError("steps", steps, "an integer >= 1")
     cls = REGISTRY[algo]
@@ -225,10 +221,8 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
 
 def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
     """The stated model that stands for `algo` in this setting, or None: the simulator drives the
-    algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
-    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
-    if algo == DDP.algo:
-        return DDP
+    algorithm's own class (`driver`). Models of other libraries' runtimes (`stated`):
+    wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
     if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
         return HorovodWFBP
     if algo == BytePS.algo and topology.servers is not None:

@@ -6,11 +6,6 @@ gradients, in `step.train_step`'s hook order on a profile instead of a model:
     per layer in backward order: its backward_s, then grad_ready(t) for each of its tensors;
     after_backward; optimizer_step; after_step
 
-- ddp (PyTorch DDP's reducer, which the kit's `ddp` runs and does not implement): torch's buckets
-  after their rebuild in gradient-ready order (the steady state, from the second iteration):
-  `torch.distributed._compute_bucket_assignment_by_size` on the tensors in backward order with
-  limits [_DEFAULT_FIRST_BUCKET_BYTES (1 MiB), bucket_mb MiB]; a bucket closes once it reaches its
-  limit. The reducer launches each bucket when ready and waits for all at the end of backward.
 - wfbp with `Effects.fusion_cycle_s` > 0 (`timeline.effects`): Horovod's tensor fusion; each
   gradient joins the group of the next cycle tick at or after it is ready, and a group (up to
   `fusion_threshold_bytes`) is one all-reduce issued at its tick.
@@ -29,9 +24,6 @@ from __future__ import annotations
 
 import math
 from typing import Any
-
-import torch
-import torch.distributed as dist
 
 from ...algorithms.buckets import group_counts
 from ..layer_profile import Profile
@@ -176,19 +168,6 @@ class HorovodWFBP(Bucketed):
         if self.fused:
             self.flush()
         super().after_backward(step)
-
-
-class DDP(Bucketed):
-    algo = "ddp"
-    bucket_mb: float
-
-    def plan(self) -> list[int]:
-        tensors = [torch.empty(n, dtype=torch.uint8, device="meta") for n in self.tensor_bytes]
-        limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(self.bucket_mb * MB)]
-        indices, _ = dist._compute_bucket_assignment_by_size(tensors, limits, [False] * len(tensors))
-        counts = [len(ix) for ix in indices]
-        assert [i for ix in indices for i in ix] == list(range(len(tensors))), indices
-        return counts
 
 
 class BytePS(Bucketed):
