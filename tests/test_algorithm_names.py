@@ -4,8 +4,8 @@ an algorithm through the registry and its class: `Algorithm.epoch_schedule`, `wo
 `steady_state`, ...). Set apart: `algorithms/` (the classes and their registry), `experiments/`
 (each notebook's runs name the algorithms they compare), `systems/cases.py` (the named cases of the
 benchmarks, the validation, the survey and the projections, each written once) and
-`systems/timeline/stated.py` (the stated models of other libraries' runtimes, Horovod's fusion
-cycle and BytePS, each standing for one algorithm until it is parameters of its class). Prose (docstrings, help texts) may name them.
+`systems/timeline/stated.py` (the stated model of BytePS's runtime, standing for `ps` until it is
+parameters of its class). Prose (docstrings, help texts) may name them.
 
 The library scanned is the one imported (`distsgd.__file__`), so that `test_add_an_algorithm`
 runs this test on a copy with an algorithm added."""

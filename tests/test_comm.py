@@ -367,3 +367,19 @@ def test_gpu_checks_emulation_probe_runs_on_the_cpu():
     probe = gpu_check.emulation_on_device("cpu", "gloo")
     assert set(probe) == {"compute_s", "modeled_s", "total_s", "overlap", "holds"}
     assert probe["modeled_s"] > 0 and probe["total_s"] >= probe["modeled_s"]
+
+
+def test_a_collective_issued_at_a_tick_is_timed_from_it(monkeypatch):
+    """`all_reduce(at=t)`: a background thread's issue (Horovod's fusion cycle tick) is emulated from
+    t, past or to come, and the link queue still holds: ready = max(t, link free) + cost."""
+    monkeypatch.setattr("distsgd.comm.comm.dist.all_reduce", lambda *a, **kw: _FakeWork())
+    comm = _comm("cpu", "1Gbit,1ms")
+    cost = comm.net.cost("all_reduce", 4000, 2)
+    now = time.perf_counter()
+    comm.all_reduce(torch.ones(1000), async_op=True, at=now + 0.05).wait()
+    assert time.perf_counter() >= now + 0.05 + cost
+    past = comm.ledger.entries[0].t_ready - 0.2
+    comm.all_reduce(torch.ones(1000), async_op=True, at=past).wait()      # queued behind the first
+    first, second = comm.ledger.entries
+    assert first.t_issue == now + 0.05 and first.t_ready == pytest.approx(now + 0.05 + cost)
+    assert second.t_issue == past and second.t_ready == pytest.approx(first.t_ready + cost)

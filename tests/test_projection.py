@@ -52,7 +52,7 @@ def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
     prof = tiny_profile()
     net = parse_net("10GbE")
     assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
-    assert keyed["WFBP-PS"].runtime == "stated BytePS (servers nodes)" and keyed["WFBP-A2A"].runtime == "stated HorovodWFBP"
+    assert keyed["WFBP-PS"].runtime == "stated BytePS (servers nodes)" and keyed["WFBP-A2A"].runtime == "class SSGD_wfbp"
     assert keyed["BSP-A2A"].runtime == "class SSGD_no_overlap" and keyed["WFBP-PS"] == keyed["ByteScheduler-PS"]
 
 
@@ -120,7 +120,7 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
     claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT, form="up-to", source="paper: 1.2x"))
     claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
-    assert "wfbp by stated HorovodWFBP on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+    assert "wfbp by class SSGD_wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
 def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_naming_it():

@@ -205,7 +205,7 @@ MAIN_STEPS = {
 }
 
 
-@pytest.mark.parametrize("effects", [None, OFF, Effects(fusion_threshold_bytes=1)])
+@pytest.mark.parametrize("effects", [None, OFF])
 def test_effects_off_is_the_original_model(effects: Effects | None) -> None:
     ten, pcie = parse_net("10GbE"), parse_net("PCIe3")
     topos = {"flat": Topology.flat(ten), "4pn": Topology(4, pcie, ten)}
@@ -246,23 +246,24 @@ def binary_profile() -> Profile:
 
 
 def test_fusion_cycle_fuses_the_gradients_of_one_tick() -> None:
+    """Horovod's fusion cycle, `ssgd`'s cycle_ms and cycle_mb, read from the simulated clock."""
     prof = binary_profile()
     net = NetModel(1e12, 0.0)                                            # transfers ~free: ticks decide
-    def allreduces(effects: Effects | None) -> list[str]:
-        pred = simulate(prof, "wfbp", 4, net, effects=effects)
+    def allreduces(params: dict) -> list[str]:
+        pred = simulate(prof, "wfbp", 4, net, params)
         return [e.name for e in pred.events if e.stream != "compute" and e.step == pred.window[0]]
-    assert len(allreduces(None)) == 8                                     # per tensor
-    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10))) == 4         # per layer: one tick each
-    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10, fusion_threshold_bytes=4000))) == 8
-    whole = simulate(prof, "wfbp", 4, net, effects=Effects(fusion_cycle_s=1.0))
+    tick_ms = 1e3 * 2.0**-10
+    assert len(allreduces({})) == 8                                       # per tensor
+    assert len(allreduces({"cycle_ms": tick_ms})) == 4                    # per layer: one tick each
+    assert len(allreduces({"cycle_ms": tick_ms, "cycle_mb": 4000 / 2**20})) == 8
+    whole = simulate(prof, "wfbp", 4, net, {"cycle_ms": 1e3})
     fused = [e for e in whole.events if e.stream != "compute" and e.step == whole.window[0]]
     assert len(fused) == 1 and fused[0].start == pytest.approx(math.ceil(fused[0].start))  # at its tick
 
 
 def test_whatif_switches_each_effect_off_alone() -> None:
     assert whatif() == (WHATIF, MESSAGE_OVERHEADS)
-    assert whatif(fusion_cycle=False)[0] == Effects(0.0, WHATIF.fusion_threshold_bytes, WHATIF.contention)
-    assert whatif(contention=False)[0] == Effects(WHATIF.fusion_cycle_s, WHATIF.fusion_threshold_bytes, 0.0)
+    assert whatif(contention=False)[0] == Effects(0.0)
     assert whatif(message_latency=False) == (WHATIF, None)
     assert MESSAGE_OVERHEADS == Overheads(issue_s=8.4e-6)
 
@@ -275,15 +276,15 @@ def test_cli_flags_switch_effects_and_topology(tmp_path, capsys) -> None:
     base = ["simulate", "--profile", str(path), "--algos", "wfbp,ddp,ps", "--nprocs", "16", "--gpus-per-node", "4",
             "--intra", "PCIe3", "--net", "10GbE"]
     steps = {}
-    for name, extra in {"all": [], "nofc": ["--no-fusion-cycle"], "noct": ["--no-contention"],
+    for name, extra in {"all": [], "cycle": ["--set", "cycle_ms=1"], "noct": ["--no-contention"],
                         "noml": ["--no-message-latency"], "hier": ["--hierarchical"], "sep": ["--servers", "1"],
-                        "none": ["--no-fusion-cycle", "--no-contention", "--no-message-latency"]}.items():
+                        "none": ["--no-contention", "--no-message-latency"]}.items():
         out = tmp_path / f"{name}.csv"
         assert cli.main([*base, *extra, "--csv", str(out)]) == 0
         steps[name] = pd.read_csv(out).set_index("algo")
     compute = {name: df.compute_s for name, df in steps.items()}
     steps = {name: df.step_s for name, df in steps.items()}
-    for name in ("nofc", "hier"):
+    for name in ("cycle", "hier"):
         assert steps[name]["wfbp"] != steps["all"]["wfbp"], name
     assert compute["noct"]["ddp"] < compute["all"]["ddp"]  # the backward that overlaps a bucket
     assert compute["noml"]["ddp"] < compute["all"]["ddp"]  # the issue cost is compute time

@@ -153,7 +153,9 @@ class Algorithm:
     def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
         """(start, cycle): from step `start` on, what the algorithm issues repeats every `cycle`
         steps (its averaging period; 1 for a per-step rule). The timeline simulator measures a
-        cycle after two and checks that it repeats (`timeline.simulate`). Default (0, 1)."""
+        cycle after two and checks that it repeats (`timeline.simulate`). Default (0, 1). A cycle of
+        0: what it issues follows the clock, not the steps (Horovod's fusion cycle), so no cycle of
+        steps repeats it; the simulator measures two steps after two and checks nothing."""
         return 0, 1
 
     @classmethod

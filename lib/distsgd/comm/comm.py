@@ -204,12 +204,14 @@ class Comm:
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None,
-                   async_op: bool = False) -> Handle | None:
-        """In-place all-reduce; op 'avg' divides the sum by the group size on completion."""
+                   async_op: bool = False, at: float | None = None) -> Handle | None:
+        """In-place all-reduce; op 'avg' divides the sum by the group size on completion. `at`: the
+        time on `now()`'s clock at which a runtime's background thread issues it (Horovod's fusion
+        cycle tick, past or to come), from which the emulated network times it (default: now)."""
         g = group or self.world
         post = (lambda: tensor.div_(g.size)) if op == "avg" else None
         return self._issue("all_reduce", tensor, g, post, async_op, lambda: dist.all_reduce(
-            tensor, op=_OPS[op], group=g.pg, async_op=True))
+            tensor, op=_OPS[op], group=g.pg, async_op=True), at)
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum",
                        group: Group | None = None, async_op: bool = False) -> Handle | None:
@@ -384,11 +386,11 @@ class Comm:
             kinds = sorted(h.entry.kind for h in self._pending)
             raise RuntimeError(f"rank {self.rank}: {len(kinds)} collectives never waited: {kinds}")
 
-    def _record(self, kind: str, tensor: torch.Tensor, g: Group) -> Entry:
+    def _record(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None) -> Entry:
         nbytes = tensor.numel() * tensor.element_size()
         if self.net is not None:                # on a GPU: the issue time is when the device gets here
             device_sync.synchronize(self.device)
-        now = time.perf_counter()
+        now = time.perf_counter() if at is None else at
         modeled = self.net.cost(kind, nbytes, g.size) if self.net else 0.0
         with self._lock:
             start = max(now, self._link_free_at) if self.net else now
@@ -401,8 +403,9 @@ class Comm:
         return self.ledger.record(entry)
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
-               async_op: bool, launch: Callable[[], "dist.Work | FutureWork"]) -> Handle | None:
-        entry = self._record(kind, tensor, g)
+               async_op: bool, launch: Callable[[], "dist.Work | FutureWork"],
+               at: float | None = None) -> Handle | None:
+        entry = self._record(kind, tensor, g, at)
         handle = Handle(self, launch(), entry, post)
         if async_op:
             self._pending.add(handle)

@@ -143,7 +143,6 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
                         "nworkers/4 with 4 GPUs per node), 'colocated' (or 0) servers on the worker machines, "
                         "N separate server machines")
     e = m.add_argument_group("effects at scale (timeline.effects; each on by default)")
-    e.add_argument("--no-fusion-cycle", action="store_true", help="no Horovod fusion cycle for wfbp")
     e.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
     e.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
     w = m.add_argument_group("what to simulate and write")
@@ -187,7 +186,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise ConfigError("nprocs", p, "integers >= 1")
         nprocs.append(int(p))
     servers = parse_servers(args.servers)
-    effects, overheads = scale_effects(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
+    effects, overheads = scale_effects(not args.no_contention, not args.no_message_latency)
     if args.plot is not None:
         whatif.check_plot_path(args.plot)
     if (args.collectives is None) != (args.steps == 0):

@@ -149,21 +149,22 @@ class SimComm(Comm):
                                f"(work_passes: {', '.join(self.passes) or 'none'})")
         self.clock.compute(name, self.clock.overheads.work_s(name, self.update_s, self.compute_s))
 
-    def _charge(self, kind: str, tensor: torch.Tensor, g: Group) -> SimHandle:
-        """Record collective `kind` on `tensor` over `g` and charge it on the rank's link; its handle."""
+    def _charge(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None) -> SimHandle:
+        """Record collective `kind` on `tensor` over `g` and charge it on the rank's link, issued now
+        or at `at` (a background thread's time, `Comm.all_reduce`); its handle."""
         nbytes = tensor.numel() * tensor.element_size()
         clock = self.clock
         link = clock.topology.group_link(g.size, clock.nproc)
-        t_issue = clock.t
-        ready = clock.issue(kind, nbytes, size=g.size, link=link)
+        t_issue = clock.t if at is None else at
+        ready = clock.issue(kind, nbytes, size=g.size, link=link, at=at)
         entry = self.ledger.record(Entry(step=self.step, kind=kind, scope=g.scope, nbytes=nbytes,
                                          sent=bytes_sent(kind, nbytes, g.size), group_size=g.size,
                                          t_issue=t_issue, modeled_s=ready - t_issue, t_ready=ready))
         return SimHandle(self, entry)        # no data: no `post` (the average's division)
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
-               launch: Any) -> SimHandle | None:
-        handle = self._charge(kind, tensor, g)
+               launch: Any, at: float | None = None) -> SimHandle | None:
+        handle = self._charge(kind, tensor, g, at)
         if async_op:
             self._pending.add(handle)
             return handle

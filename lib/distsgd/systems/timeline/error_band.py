@@ -16,7 +16,7 @@ the compute contention, the per-call overheads and the topology's family, its ra
   such row (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi]. A band of
   one runtime model says nothing of another's: the survey's PS rows are BytePS's stated model
   (separate server machines, 4,096,000-byte partitions), not the kit's own `ps` class; its WFBP rows
-  are Horovod's fusion cycle, not the kit's `wfbp` class.
+  are the `wfbp` class with Horovod's fusion cycle as its parameters, not the `wfbp` class without it.
 - A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
   is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
 - A setting that a term's runtime model or fabric leaves uncovered is inconclusive with that reason,

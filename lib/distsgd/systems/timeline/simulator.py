@@ -2,12 +2,14 @@
 
 The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
 profile, its collectives charged on the network model) or, where it stands for another library's
-runtime, a stated model (`stated_model`: Horovod's fusion cycle, BytePS). From the
+runtime, a stated model (`stated_model`: BytePS). From the
 first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
 ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
 iterations and the cycle before them must issue the same collectives every cycle (`check_steady`).
+An algorithm whose collectives follow the clock instead of the steps (cycle 0: Horovod's fusion
+cycle, whose ticks fall anywhere in a step) is measured over two steps after two, unchecked.
 The steps before `start` (`transient`) are driven in full, or, when long and repeating themselves
 (SSD-SGD's S-SGD warm-up), by their first and last steps.
 With T_i the compute clock when iteration i starts:
@@ -49,7 +51,7 @@ from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
 from .costs import Overheads, for_profile
-from .stated import BytePS, HorovodWFBP, Simulated
+from .stated import BytePS, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
@@ -63,11 +65,10 @@ class RuntimeModel:
     charges it, "class <Name>" (the kit's algorithm class, driven: `driver`) or "stated <Name>" (a
     model of another library's runtime: `stated`), with the topology's choices that change its cost
     formulas (BytePS's server placement, hierarchical all-reduce); its resolved parameters (`params`,
-    JSON with sorted keys; a stated model's own parameters, Horovod's fusion cycle, included); the
-    compute `contention` (`Effects`); the per-call `overheads` given to `simulate` ("the
-    profile's": none given, `costs.for_profile`); and the `topology` family (`Topology.family`:
-    the ranks per node). Two predictions share a measured error band only when they share all of
-    it (`timeline.error_band`)."""
+    JSON with sorted keys); the compute `contention` (`Effects`); the per-call `overheads` given to
+    `simulate` ("the profile's": none given, `costs.for_profile`); and the `topology` family
+    (`Topology.family`: the ranks per node). Two predictions share a measured error band only when
+    they share all of it (`timeline.error_band`)."""
 
     algo: str
     runtime: str
@@ -99,8 +100,6 @@ def runtime_model(algo: str, params: dict[str, Any] | None, topology: Topology, 
     resolved = dict(REGISTRY[algo].resolve_params(dict(params or {})))
     model = stated_model(algo, topology, effects)
     runtime = f"stated {model.__name__}" if model is not None else f"class {REGISTRY[algo].__name__}"
-    if model is HorovodWFBP:
-        resolved.update(fusion_cycle_s=effects.fusion_cycle_s, fusion_threshold_bytes=effects.fusion_threshold_bytes)
     if model is BytePS:
         runtime += f" (servers {topology.servers})"
     if topology.hierarchical:
@@ -167,8 +166,7 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     `overheads` (`timeline.costs.Overheads`; default None: `costs.for_profile`, none on a
     CPU profile, the committed GPU host's costs on a GPU profile) charges per-collective issue costs
     and copy passes, by one rule for every schedule; on the compute stream they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
-    None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
-    (the slowed compute counts in `compute_s`). DeAR with tune=true runs its own tuner (module
+    None: off, the original model) adds compute contention (the slowed compute counts in `compute_s`). DeAR with tune=true runs its own tuner (module
     doc). The prediction carries its `RuntimeModel` (`runtime_model`)."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
@@ -183,13 +181,14 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     model = runtime_model(algo, resolved, topo, effects, overheads)
     rank = Rank(topo, nproc, overheads if overheads is not None else for_profile(profile), effects or OFF)
     run, start, cycle = stepper(profile, algo, rank, resolved)
+    periodic, cycle = cycle > 0, cycle or 1
     warmup = start + cycle * max(2, -(-2 // cycle))
     measured = cycle * max(1, -(-2 // cycle))
     transient(run, start)
     run.steps(start, warmup - start)
     t0, busy0 = rank.t, rank.busy
     run.steps(warmup, measured)
-    if isinstance(run, Driven):
+    if isinstance(run, Driven) and periodic:
         check_steady(run, algo, resolved, warmup - cycle, measured + cycle, cycle)
     step_s = (rank.t - t0) / measured
     compute_s = (rank.busy - busy0) / measured
@@ -222,9 +221,7 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
 def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
     """The stated model that stands for `algo` in this setting, or None: the simulator drives the
     algorithm's own class (`driver`). Models of other libraries' runtimes (`stated`):
-    wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
-    if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
-        return HorovodWFBP
+    ps on a BytePS server placement."""
     if algo == BytePS.algo and topology.servers is not None:
         return BytePS
     return None

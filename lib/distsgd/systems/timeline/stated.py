@@ -6,9 +6,6 @@ gradients, in `step.train_step`'s hook order on a profile instead of a model:
     per layer in backward order: its backward_s, then grad_ready(t) for each of its tensors;
     after_backward; optimizer_step; after_step
 
-- wfbp with `Effects.fusion_cycle_s` > 0 (`timeline.effects`): Horovod's tensor fusion; each
-  gradient joins the group of the next cycle tick at or after it is ready, and a group (up to
-  `fusion_threshold_bytes`) is one all-reduce issued at its tick.
 - ps with a server placement (`Topology.servers`: `PER_NODE`, 0 or N): BytePS as the survey ran it.
   Each bucket (bucket_mb 0: each tensor, BYTEPS_FUSION_THRESHOLD=0) is one push_pull from the
   hooks, cut into partitions of partition_mb (0: whole); every partition is reduced inside the
@@ -22,7 +19,6 @@ by `simulate(..., overheads=...)` (`timeline.costs`), by the same rule as for a 
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...algorithms.buckets import group_counts
@@ -129,45 +125,6 @@ class Bucketed(Simulated):
             self.rank.wait(h)
         self.handle = [None] * len(self.size)
         self.ready = [0] * len(self.size)
-
-
-class HorovodWFBP(Bucketed):
-    """wfbp as Horovod runs it, with its fusion cycle (module doc)."""
-
-    algo = "wfbp"
-
-    def plan(self) -> list[int]:
-        return group_counts(self.tensor_bytes, 0, self.element_size)
-
-    def build(self) -> None:
-        super().build()
-        self.tick = 0.0                 # the cycle tick of the group being fused
-        self.fused: list[int] = []      # its buckets (one gradient each)
-
-    def launch(self, b: int) -> None:
-        """Into the fusion group of the next cycle tick (module doc)."""
-        effects = self.rank.effects
-        tick = math.ceil(self.rank.t / effects.fusion_cycle_s) * effects.fusion_cycle_s
-        fused_bytes = sum(self.nbytes[f] for f in self.fused)
-        if self.fused and (tick != self.tick or fused_bytes + self.nbytes[b] > effects.fusion_threshold_bytes):
-            self.flush()
-        if not self.fused:
-            self.tick = tick
-        self.fused.append(b)
-
-    def flush(self) -> None:
-        """Issue the fused group as one all-reduce at its tick."""
-        nbytes = sum(self.nbytes[f] for f in self.fused)
-        ready = self.rank.issue("all_reduce", nbytes, f"fused {self.fused[0]}-{self.fused[-1]}",
-                                link=self.link, at=self.tick)
-        for f in self.fused:
-            self.handle[f] = ready
-        self.fused = []
-
-    def after_backward(self, step: int) -> None:
-        if self.fused:
-            self.flush()
-        super().after_backward(step)
 
 
 class BytePS(Bucketed):

@@ -14,7 +14,8 @@ it (`cases.SURVEY_METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/ho
 
 - BSP-A2A: Horovod, threshold 536870912: all gradients in one all-reduce after backward
   (`no_overlap`, bucket 512 MiB);
-- WFBP-A2A: threshold 0: one all-reduce per gradient as it is ready (`wfbp`);
+- WFBP-A2A: threshold 0: one all-reduce per gradient as it is ready, under the fusion cycle of the
+  Horovod the survey ran (`wfbp` with `cases.HOROVOD_CYCLE`: 5 ms, 64 MiB; Horovod < 0.21);
 - MG-WFBP: merged-gradient WFBP (`mgwfbp`, its merge planned on the profile and the network);
 - ByteScheduler-A2A: `BYTESCHEDULER_PARTITION=4000000`, `BYTESCHEDULER_CREDIT=16000000`, credit
   tuning off (`bytescheduler`, partition_mb = 4e6 / 2**20, credit_mb = 16e6 / 2**20);
@@ -29,15 +30,14 @@ Each row of the error table carries the runtime model that predicted it (`simula
 the schedule, the kit's class or the stated model that charged it, its resolved parameters, the
 compute contention and the per-call overheads; columns `MODEL_COLUMNS`): the key of the error band
 that decides a projection (`error_band`). BSP-A2A, MG-WFBP and ByteScheduler-A2A are the kit's
-classes; WFBP-A2A is the stated Horovod model (`stated.HorovodWFBP`), the PS methods the stated
-BytePS model (`stated.BytePS`), not the kit's own `ps` class.
+classes, and WFBP-A2A the kit's `ssgd` class with Horovod's fusion cycle as its parameters; the PS
+methods the stated BytePS model (`stated.BytePS`), not the kit's own `ps` class.
 
 On nodes of 4 GPUs: the intra-node link is PCIe (V100-PCIe), the inter-node link the fabric. The
 compute of a step is the model's committed V100 layer profile (`reproduce/layer_profiles/V100-fp32`)
 scaled to the survey's own single-GPU step (batch / its 1-GPU throughput). Effects
-(`SURVEY_EFFECTS`, the same for every row): Horovod's tensor fusion cycle for the per-gradient
-schedule at the defaults of the Horovod the survey ran (5 ms, 64 MiB; Horovod < 0.21), and the
-what-if CLI's compute contention (0.189, `effects.WHATIF`, arXiv 2507.03114); no per-call cost.
+(`SURVEY_EFFECTS`, the same for every row): the what-if CLI's compute contention (0.189,
+`effects.WHATIF`, arXiv 2507.03114); no per-call cost.
 
 Fitted (`fit`), and nothing else: per fabric the bandwidth of the inter-node link, and the
 bandwidth of PCIe, each by least squares on the relative error of the ResNet-50 BSP-A2A (no
@@ -62,7 +62,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ...comm.netmodel import NetModel, parse_net
-from ..cases import HOROVOD_FUSION_MB, SURVEY_METHODS
+from ..cases import SURVEY_METHODS
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import WHATIF, Effects
@@ -86,7 +86,7 @@ GPUS_PER_NODE = 4
 FIT_METHOD = "BSP-A2A"
 FIT_MODEL = "ResNet-50"
 CHECK_NPROC = 32
-SURVEY_EFFECTS = Effects(fusion_cycle_s=5e-3, fusion_threshold_bytes=int(HOROVOD_FUSION_MB * MiB), contention=WHATIF.contention)
+SURVEY_EFFECTS = Effects(contention=WHATIF.contention)
 
 
 MODEL_COLUMNS = [f.name for f in fields(RuntimeModel)]      # the runtime model that predicted a row
