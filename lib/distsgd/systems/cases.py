@@ -54,7 +54,10 @@ HOROVOD_FUSION_MB = 64.0             # the fusion buffer of the Horovod the surv
 # the per-gradient schedule as the survey's and the public tables' Horovod ran it (`ssgd`'s cycle)
 HOROVOD_CYCLE = {"cycle_ms": 5.0, "cycle_mb": HOROVOD_FUSION_MB}
 _BSP_MB = 536870912 / MiB            # Horovod's and BytePS's threshold in BSP: one buffer after backward
-_PS = {"partition_mb": 4096000 / MiB}
+SURVEY_GPUS_PER_MACHINE = 4          # the survey's machines of 4 V100s (its BytePS: one root and one server each)
+# BytePS as the survey ran it: its 4,096,000-byte partitions, machines of 4 GPUs, one server machine per
+# worker machine (`ps`'s placement: machine_size, servers 0)
+_PS = {"partition_mb": 4096000 / MiB, "machine_size": SURVEY_GPUS_PER_MACHINE, "servers": 0}
 SURVEY_METHODS = {
     "BSP-A2A": Method("no_overlap", {"bucket_mb": _BSP_MB}, "all-reduce"),
     "WFBP-A2A": Method("wfbp", HOROVOD_CYCLE, "all-reduce"),

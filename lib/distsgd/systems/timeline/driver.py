@@ -12,7 +12,7 @@ optimizer_step, after_step), on stand-ins that move no data and keep the time of
   `backward_s` before the gradients of its parameters, in the profile's order, are accumulated, so
   the algorithm's gradient hooks fire when the profile says the gradients are ready.
 - `SimComm`: the `Comm` the algorithm calls, recording instead of transmitting. Each collective is
-  charged on the rank's link by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
+  charged on its group's link (`Topology.ranks_link`) by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
   the link is free, ready `Topology.cost` later; the per-call costs of `timeline.costs` on the
   compute stream); its handle's `wait()` moves the compute stream to the ready time. A collective
   issued as a future (a DDP communication hook's, `Comm.all_reduce_future`) is waited for when the
@@ -149,22 +149,24 @@ class SimComm(Comm):
                                f"(work_passes: {', '.join(self.passes) or 'none'})")
         self.clock.compute(name, self.clock.overheads.work_s(name, self.update_s, self.compute_s))
 
-    def _charge(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None) -> SimHandle:
-        """Record collective `kind` on `tensor` over `g` and charge it on the rank's link, issued now
-        or at `at` (a background thread's time, `Comm.all_reduce`); its handle."""
+    def _charge(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None,
+                servers: int = 0) -> SimHandle:
+        """Record collective `kind` on `tensor` over `g` and charge it on the group's link
+        (`Topology.ranks_link`), issued now or at `at` (a background thread's time,
+        `Comm.all_reduce`), a push or pull to `servers` server machines; its handle."""
         nbytes = tensor.numel() * tensor.element_size()
         clock = self.clock
-        link = clock.topology.group_link(g.size, clock.nproc)
+        link, sharers = clock.topology.ranks_link(g.ranks, clock.nproc)
         t_issue = clock.t if at is None else at
-        ready = clock.issue(kind, nbytes, size=g.size, link=link, at=at)
+        ready = clock.issue(kind, nbytes, size=g.size, link=link, at=at, sharers=sharers, servers=servers)
         entry = self.ledger.record(Entry(step=self.step, kind=kind, scope=g.scope, nbytes=nbytes,
                                          sent=bytes_sent(kind, nbytes, g.size), group_size=g.size,
                                          t_issue=t_issue, modeled_s=ready - t_issue, t_ready=ready))
         return SimHandle(self, entry)        # no data: no `post` (the average's division)
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
-               launch: Any, at: float | None = None) -> SimHandle | None:
-        handle = self._charge(kind, tensor, g, at)
+               launch: Any, at: float | None = None, servers: int = 0) -> SimHandle | None:
+        handle = self._charge(kind, tensor, g, at, servers)
         if async_op:
             self._pending.add(handle)
             return handle
