@@ -3,9 +3,8 @@ string equal to a registered algorithm's name and import no module that register
 an algorithm through the registry and its class: `Algorithm.epoch_schedule`, `work_passes`,
 `steady_state`, ...). Set apart: `algorithms/` (the classes and their registry), `experiments/`
 (each notebook's runs name the algorithms they compare), `systems/cases.py` (the named cases of the
-benchmarks, the validation, the survey and the projections, each written once) and
-`systems/timeline/stated.py` (the stated models of other libraries' runtimes, each standing for
-one algorithm until they are parameters of its class). Prose (docstrings, help texts) may name them.
+benchmarks, the validation, the survey and the projections, each written once). Prose (docstrings,
+help texts) may name them.
 
 The library scanned is the one imported (`distsgd.__file__`), so that `test_add_an_algorithm`
 runs this test on a copy with an algorithm added."""
@@ -18,7 +17,7 @@ import distsgd
 from distsgd.algorithms import REGISTRY
 
 LIB = Path(distsgd.__file__).resolve().parent
-SET_APART = ("algorithms/", "experiments/", "systems/cases.py", "systems/timeline/stated.py")
+SET_APART = ("algorithms/", "experiments/", "systems/cases.py")
 
 
 def algorithm_modules() -> set[str]:

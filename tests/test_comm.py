@@ -42,6 +42,10 @@ def test_cost_formulas():
     assert bytes_sent("gather", n, p) == bytes_sent("reduce", n, p) == 3 * n // 4
     assert m.cost("all_reduce", n, 1) == 0.0
     assert bytes_sent("all_reduce", n, 1) == 0
+    # a parameter server's push / pull from p machines to S servers (0: p): the busier NIC
+    assert m.cost("push", n, p) == m.cost("pull", n, p, servers=p) == pytest.approx(1e-3 + n / 1e6)
+    assert m.cost("push", n, p, servers=1) == pytest.approx(1e-3 + 4 * n / 1e6)
+    assert (bytes_sent("push", n, p), bytes_sent("pull", n, p)) == (n, 0)
 
 
 # ---------------------------------------------------------------- real collectives over gloo
@@ -135,6 +139,40 @@ def test_gather_and_reduce_to_a_root_and_their_ledger_bytes():
         assert o["entries"] == [("gather", 12, round(2 / 3 * 12)), ("reduce", 16, round(2 / 3 * 16)),
                                 ("reduce", 8, round(2 / 3 * 8))]
         assert o["totals"]["global_reductions"] == 2 and o["totals"]["collectives"] == 3
+
+
+def _push_pull(rank, world):
+    from distsgd.comm import Comm
+
+    comm = Comm.from_env("gloo", torch.device("cpu"), parse_net("1Gbit,1ms"), timeout_s=60)
+    roots = comm.new_group([1, 2])                       # the roots of machines [0, 1] and [2]
+    result = {}
+    if rank in roots.ranks:
+        x, shard = torch.arange(4.0) + 10 * rank, torch.empty(2)
+        push = comm.push(shard, x, servers=1, group=roots, async_op=True)
+        push.wait()
+        pull = comm.pull(x, shard, group=roots, async_op=True, at=push.entry.t_ready)
+        pull.wait()
+        result = dict(x=x.tolist(), pull_issue=pull.entry.t_issue, push_ready=push.entry.t_ready,
+                      entries=[(e.kind, e.nbytes, e.sent, e.group_size, e.modeled_s) for e in comm.ledger.entries])
+    comm.barrier()
+    comm.close()
+    return result
+
+
+@pytest.mark.multiproc
+def test_push_and_pull_sum_over_the_group_and_are_timed_as_separate_servers():
+    """`Comm.push` / `Comm.pull` (BytePS's placement of `ps`) on a subgroup: every member ends with
+    the group's sum; the ledger records a push (its bytes sent) and a pull (none) at the servers'
+    cost, the pull issued when the push was done (`at`)."""
+    outs = run_ranks(_push_pull, 3)
+    net = parse_net("1Gbit,1ms")
+    assert outs[0] == {}
+    for o in outs[1:]:
+        assert o["x"] == [30.0, 32.0, 34.0, 36.0]        # rank 1's 10.. + rank 2's 20..
+        assert o["entries"] == [("push", 16, 16, 2, net.cost("push", 16, 2, servers=1)),
+                                ("pull", 16, 0, 2, net.cost("pull", 16, 2))]
+        assert o["pull_issue"] == o["push_ready"]
 
 
 def _timed_allreduce(rank, world, numel, spec):
@@ -367,3 +405,19 @@ def test_gpu_checks_emulation_probe_runs_on_the_cpu():
     probe = gpu_check.emulation_on_device("cpu", "gloo")
     assert set(probe) == {"compute_s", "modeled_s", "total_s", "overlap", "holds"}
     assert probe["modeled_s"] > 0 and probe["total_s"] >= probe["modeled_s"]
+
+
+def test_a_collective_issued_at_a_tick_is_timed_from_it(monkeypatch):
+    """`all_reduce(at=t)`: a background thread's issue (Horovod's fusion cycle tick) is emulated from
+    t, past or to come, and the link queue still holds: ready = max(t, link free) + cost."""
+    monkeypatch.setattr("distsgd.comm.comm.dist.all_reduce", lambda *a, **kw: _FakeWork())
+    comm = _comm("cpu", "1Gbit,1ms")
+    cost = comm.net.cost("all_reduce", 4000, 2)
+    now = time.perf_counter()
+    comm.all_reduce(torch.ones(1000), async_op=True, at=now + 0.05).wait()
+    assert time.perf_counter() >= now + 0.05 + cost
+    past = comm.ledger.entries[0].t_ready - 0.2
+    comm.all_reduce(torch.ones(1000), async_op=True, at=past).wait()      # queued behind the first
+    first, second = comm.ledger.entries
+    assert first.t_issue == now + 0.05 and first.t_ready == pytest.approx(now + 0.05 + cost)
+    assert second.t_issue == past and second.t_ready == pytest.approx(first.t_ready + cost)

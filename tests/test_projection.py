@@ -4,6 +4,7 @@ model exists); tables from the simulator."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -53,22 +54,24 @@ def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
     prof = tiny_profile()
     net = parse_net("10GbE")
     assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
-    assert keyed["WFBP-PS"].runtime == "stated BytePS (servers nodes)" and keyed["WFBP-A2A"].runtime == "stated HorovodWFBP"
+    assert keyed["WFBP-PS"].runtime == "class PS" and keyed["WFBP-A2A"].runtime == "class SSGD_wfbp"
+    assert json.loads(keyed["WFBP-PS"].params)["machine_size"] == 4          # BytePS's placement: a parameter
     assert keyed["BSP-A2A"].runtime == "class SSGD_no_overlap" and keyed["WFBP-PS"] == keyed["ByteScheduler-PS"]
 
 
 def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
-    """The survey's PS rows are BytePS's stated model (separate server machines); the kit's own `ps`
-    class with exactly the same parameters is another runtime model: its projection is not covered,
-    and so is one with the survey's parameters but without the survey's effects (contention), or
-    the kit's `wfbp` class for Horovod's WFBP rows."""
+    """The survey's PS rows are the kit's `ps` on BytePS's placement (machines of 4, separate server
+    machines: its parameters); `ps` with its servers on the ranks is another runtime model: its
+    projection is not covered, and so is one with the survey's parameters but without the survey's
+    effects (contention), or the kit's `wfbp` class without Horovod's cycle for Horovod's WFBP rows."""
     byteps = survey.runtime("WFBP-PS")
-    kit_ps = pj.runtime({"algo": "ps", "params": survey.SURVEY_METHODS["WFBP-PS"].params}, "10GbE", 4, "PCIe3")
-    assert kit_ps.algo == byteps.algo == "ps" and kit_ps.params == byteps.params and kit_ps.runtime == "class PS"
+    kit_ps = pj.runtime({"algo": "ps"}, "10GbE", 4, "PCIe3")
+    assert kit_ps.algo == byteps.algo == "ps" and kit_ps.runtime == byteps.runtime == "class PS"
+    assert kit_ps.params != byteps.params
     assert eb.measured_error(byteps, "10GbE").methods == ("WFBP-PS", "ByteScheduler-PS")
     byteps_no_contention = runtime_model("ps", survey.SURVEY_METHODS["WFBP-PS"].params,
-                                         survey.topology("WFBP-PS", parse_net("PCIe3"), parse_net("10GbE")))
-    assert byteps_no_contention.runtime == byteps.runtime and byteps_no_contention.contention == 0
+                                         survey.topology(parse_net("PCIe3"), parse_net("10GbE")))
+    assert byteps_no_contention.params == byteps.params and byteps_no_contention.contention == 0
     for other in (kit_ps, byteps_no_contention, pj.runtime({"algo": "wfbp"}, "10GbE", 4, "PCIe3"),
                   pj.runtime({"algo": "no_overlap", "params": survey.SURVEY_METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
         with pytest.raises(eb.Uncovered, match="no survey row was predicted by this runtime model"):
@@ -76,7 +79,8 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     claims = Claims("t")
     assert pj.register(claims, "proj_ps", "claim", "paper", "PS / PS + partition", ">=", 1.0, "superiority", NULL,
                        [(kit_ps, "10GbE")], [(byteps, "10GbE")]) is None
-    assert "not covered" in claims.claims["proj_ps"].precheck and "class PS" in claims.claims["proj_ps"].precheck
+    precheck = claims.claims["proj_ps"].precheck
+    assert "not covered" in precheck and "params" in precheck and '"machine_size": 4' in precheck   # the field that differs
 
 
 def test_a_band_measured_on_nodes_of_four_never_decides_a_flat_ring():
@@ -121,7 +125,7 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
     claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT, form="up-to", source="paper: 1.2x"))
     claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
-    assert "wfbp by stated HorovodWFBP on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+    assert "wfbp by class SSGD_wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
 def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_naming_it():

@@ -24,6 +24,7 @@ CASES = [
     ("bytescheduler", {"partition_mb": 0.005, "credit_mb": 0.01}),
     ("ps", {"bucket_mb": 0.01}),
     ("ps", {"bucket_mb": 0.01, "partition_mb": 0.002, "servers": 2}),
+    ("ps", {"bucket_mb": 0.01, "partition_mb": 0.002, "machine_size": 2}),     # BytePS's: machines [0, 1], [2]
     ("dear", {"threshold_mb": 0.01}),
     ("dear", {"threshold_mb": 0.0, "nearby_layers": 1}),
     ("dear", {"tune": True, "tune_min_mb": 0.001, "tune_max_mb": 1.0, "tune_trials": 2, "tune_window": 3}),
@@ -109,6 +110,19 @@ def test_ps_bytes_follow_the_server_layout(results):
         m_bytes = [n // WORLD for n in o["sizes"]]
         assert o["sent"] == pytest.approx((WORLD - 1) * sum(m_bytes), rel=1e-6)
         assert o["sent"] > one_allreduce
+
+
+@pytest.mark.multiproc
+def test_byteps_placement_sends_each_partition_once_per_stage(results):
+    """On BytePS's placement (machines [0, 1] and [2]) the ledger counts what each rank sends by the
+    model (`netmodel.bytes_sent`): rank 0's reduce and broadcast within its machine of 2, half the
+    partition each; rank 2, alone on its machine, pushes each partition whole (a pull sends none);
+    rank 1, the root of [0, 1], both. Per step: the model's bytes, up to a partition's padding."""
+    d = 4 * _n_params()
+    byteps = [i for i, (a, p) in enumerate(CASES) if a == "ps" and p.get("machine_size")][0]
+    sent = [results[rank][byteps]["sent"] for rank in range(WORLD)]
+    assert sent[0] == pytest.approx(STEPS * d, rel=2e-3) and sent[2] == pytest.approx(STEPS * d, rel=2e-3)
+    assert sent[1] == pytest.approx(sent[0] + sent[2], rel=1e-6)
 
 
 def _slots_by_element(sizes: list[int], servers: int, piece: int, buffer: torch.Tensor) -> torch.Tensor:

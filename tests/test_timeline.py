@@ -186,11 +186,15 @@ def test_ps_balanced_layout_costs_one_all_reduce() -> None:
                                                     + NET.cost("all_gather", 4 * 16000, 4))
 
 
-def test_ddp_buckets_are_torchs_first_1mib_then_bucket_mb() -> None:
+def test_ddp_buckets_are_torchs_reducers() -> None:
+    """torch's own reducer runs (on a fake process group): with bucket_cap_mb given, every bucket,
+    the first included, closes once it reaches it, after the first iteration's one bucket."""
     tensors = profile([[int(0.6 * MB) // 4]] * 100, backward=0.0)     # 0.6 MiB each
     pred = simulate(tensors, "ddp", 4, NET)
-    # a bucket closes once it reaches its limit: 2 x 0.6 >= 1 MiB, then 42 x 0.6 >= 25 MiB
-    counts = [2, 42, 42, 14]
+    # a bucket closes once it reaches its limit: 42 x 0.6 >= 25 MiB
+    counts = [42, 42, 16]
+    first = [e.name for e in pred.events if e.stream != "compute" and e.step == 0]
+    assert first == [f"all_reduce {100 * tensors.tensor_bytes[0]} B"]
     assert pred.step_s == pytest.approx(tensors.compute_s + sum(ar(k * tensors.tensor_bytes[0], 4)
                                                                   for k in counts), rel=1e-12)
 

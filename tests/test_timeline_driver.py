@@ -20,10 +20,10 @@ from distsgd.systems.timeline.simulator import collectives
 from test_timeline import NET, TOY
 from test_timeline_overheads import KNOB
 
-# ddp: torch's reducer issues its collectives, a stated model in the simulator (timeline.schedules)
-DRIVEN = sorted(set(REGISTRY) - {"ddp", "compressed_sgd", "ssd_sgd"})
+DRIVEN = sorted(set(REGISTRY) - {"compressed_sgd", "ssd_sgd"})       # ddp: torch's reducer on a fake group
 CASES = ([(algo, {}) for algo in DRIVEN] + [("compressed_sgd", {"compressor": c}) for c in COMPRESSORS]
-         + [("ssd_sgd", {"warmup": 2})])        # its delay stage after 2 S-SGD steps, not 500
+         + [("ssd_sgd", {"warmup": 2})]         # its delay stage after 2 S-SGD steps, not 500
+         + [("ps", {"machine_size": 2, "partition_mb": 0.01})])   # BytePS's placement: p = 2 one machine, 3 two
 
 
 def mlp_profile() -> Profile:
@@ -46,7 +46,7 @@ def steps_of(algo: str, params: dict) -> int:
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
-@pytest.mark.parametrize(("algo", "params"), CASES, ids=[f"{a}-{p.get('compressor', '')}" for a, p in CASES])
+@pytest.mark.parametrize(("algo", "params"), CASES, ids=[f"{a}-{p.get('compressor', '')}{'machines' * ('machine_size' in p)}" for a, p in CASES])
 def test_the_simulated_collectives_are_a_real_runs_ledger(algo: str, params: dict, nproc: int,
                                                           tmp_path) -> None:
     steps = steps_of(algo, params)

@@ -68,6 +68,7 @@ def test_methods_are_configured_as_the_launch_scripts() -> None:
     assert m["ByteScheduler-A2A"].params["credit_mb"] * mib == pytest.approx(16_000_000)
     for name in ("BSP-PS", "WFBP-PS", "ByteScheduler-PS"):
         assert m[name].algo == "ps" and m[name].params["partition_mb"] * mib == pytest.approx(4_096_000)
+        assert (m[name].params["machine_size"], m[name].params["servers"]) == (survey.GPUS_PER_NODE, 0)
     assert m["BSP-PS"].params["bucket_mb"] * mib == m["BSP-A2A"].params["bucket_mb"] * mib == 536870912
     assert m["WFBP-PS"].params["bucket_mb"] == 0
 

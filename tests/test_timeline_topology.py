@@ -11,14 +11,12 @@ import pytest
 
 from distsgd import cli
 
-from distsgd.systems import commands as systems_commands
-from distsgd.comm.netmodel import NetModel, byteps_local, byteps_remote, hierarchical_all_reduce, parse_net
+from distsgd.comm.netmodel import NetModel, bytes_sent, hierarchical_all_reduce, parse_net
 from distsgd.errors import ConfigError
 from distsgd.systems.layer_profile import Layer, Profile
 from distsgd.systems.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
 from distsgd.systems.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
 from distsgd.systems.timeline.streams import Rank
-from distsgd.systems.timeline.topology import PER_NODE
 
 from test_timeline import TOY
 
@@ -68,28 +66,28 @@ def test_hierarchical_changes_nothing_inside_one_node_or_for_one_gpu_nodes() -> 
         hierarchical_all_reduce(INTRA, INTER, 1000, 4, 2)
 
 
-def test_byteps_stages_cost_one_stream_per_machine() -> None:
+def test_push_and_pull_cost_the_busier_nic_of_a_machine_and_a_server() -> None:
     n = 4096000
-    assert byteps_local(INTRA, n, 1) == 0.0
-    assert byteps_local(INTRA, n, 4) == pytest.approx(3 * INTRA.latency_s + n / INTRA.bandwidth_Bps)
-    assert byteps_remote(INTER, n, 1, 1) == 0.0                          # one machine: not distributed
     one = INTER.latency_s + n / INTER.bandwidth_Bps
-    assert byteps_remote(INTER, n, 8, 8) == pytest.approx(one)           # the machine's NIC, whatever p
-    assert byteps_remote(INTER, n, 8, 2) == pytest.approx(INTER.latency_s + 4 * n / INTER.bandwidth_Bps)
-    assert byteps_remote(INTER, n, 8, 0) == pytest.approx(INTER.latency_s + 7 / 8 * n / INTER.bandwidth_Bps)
-    topo = Topology(4, INTRA, INTER, servers=PER_NODE)
-    assert topo.server_machines(32) == 8 and topo.byteps_remote(n, 32) == pytest.approx(one)
-    assert Topology(4, INTRA, INTER, servers=0).byteps_remote(n, 32) == pytest.approx(
-        INTER.latency_s + 7 / 8 * n / INTER.bandwidth_Bps)
+    for kind in ("push", "pull"):
+        assert INTER.cost(kind, n, 1) == 0.0                                 # one machine: not distributed
+        assert INTER.cost(kind, n, 8) == INTER.cost(kind, n, 8, servers=8) == pytest.approx(one)
+        assert INTER.cost(kind, n, 8, servers=16) == pytest.approx(one)      # the machine's NIC, whatever S
+        assert INTER.cost(kind, n, 8, servers=2) == pytest.approx(INTER.latency_s + 4 * n / INTER.bandwidth_Bps)
+    assert bytes_sent("push", n, 8) == n and bytes_sent("pull", n, 8) == 0
 
 
-def test_byteps_ps_pipelines_the_partitions_of_a_bucket() -> None:
+def test_byteps_placement_of_ps_pipelines_the_partitions_of_a_bucket() -> None:
+    """`ps` with machine_size 4 on machines of 4: each partition reduced inside the machine, pushed
+    and pulled by its root (the simulated rank), broadcast inside it; the reduces of later partitions
+    run on the intra-node link while the NIC pushes and pulls the earlier ones."""
     p, part = 16, 2**20
     free = profile_without_compute()                                     # 4 MiB + 3 MiB, no compute
-    topo = Topology(4, INTER, INTER, servers=PER_NODE)                   # local = remote
-    local, remote = topo.byteps_local(part, p), topo.byteps_remote(part, p)
-    assert local == pytest.approx(remote)
-    pred = simulate(free, "ps", p, topology=topo, params={"partition_mb": 1.0, "bucket_mb": 512.0})
+    topo = Topology(4, INTRA, INTER)
+    local, remote = INTRA.cost("reduce", part, 4), INTER.cost("push", part, 4)
+    assert local < remote
+    params = {"machine_size": 4, "partition_mb": 1.0, "bucket_mb": 512.0}
+    pred = simulate(free, "ps", p, topology=topo, params=params)
     window = [e for e in pred.events if e.step == pred.window[0]]
     stages = {kind: [e for e in window if e.name.startswith(kind)] for kind in ("reduce", "push", "pull", "broadcast")}
     assert all(len(v) == 7 for v in stages.values())                     # 7 partitions of 1 MiB
@@ -100,10 +98,10 @@ def test_byteps_ps_pipelines_the_partitions_of_a_bucket() -> None:
     for link in ("intra", "inter"):                                       # a link runs one stage at a time
         spans = sorted((e.start, e.end) for e in window if e.stream == link)
         assert all(a[1] <= b[0] + 1e-15 for a, b in zip(spans, spans[1:]))
-    # the reduces fill the intra-node link while the NIC pushes and pulls: the first reduce, the
-    # NIC's 14 stages, the last broadcast (28 stages one after the other without the pipeline)
+    # the first reduce, the NIC's 14 stages back to back, the last broadcast (28 stages one after the
+    # other without the pipeline)
     assert pred.step_s == pytest.approx(local + 14 * remote + local, rel=1e-9)
-    inside = simulate(free, "ps", 4, topology=topo, params={"partition_mb": 1.0})
+    inside = simulate(free, "ps", 4, topology=topo, params=params)
     assert not [e for e in inside.events if e.stream == "inter"]         # one machine: no servers
 
 
@@ -158,10 +156,10 @@ MAIN_STEPS = {
     ('cocod_sgd', 'flat', 16): 0.01550000000000001,
     ('cocod_sgd', '4pn', 4): 0.01550000000000001,
     ('cocod_sgd', '4pn', 16): 0.01550000000000001,
-    ('ddp', 'flat', 4): 0.03458729600000001,
-    ('ddp', 'flat', 16): 0.03980912000000001,
-    ('ddp', '4pn', 4): 0.017011340952380966,
-    ('ddp', '4pn', 16): 0.03980912000000001,
+    ('ddp', 'flat', 4): 0.03602729600000002,           # torch's reducer: one bucket (< 25 MB), as ssgd
+    ('ddp', 'flat', 16): 0.04160912000000002,
+    ('ddp', '4pn', 4): 0.017125626666666678,
+    ('ddp', '4pn', 16): 0.04160912000000002,
     ('dear', 'flat', 4): 0.036027296000000035,
     ('dear', 'flat', 16): 0.041609119999999986,
     ('dear', '4pn', 4): 0.017125626666666692,
@@ -205,7 +203,7 @@ MAIN_STEPS = {
 }
 
 
-@pytest.mark.parametrize("effects", [None, OFF, Effects(fusion_threshold_bytes=1)])
+@pytest.mark.parametrize("effects", [None, OFF])
 def test_effects_off_is_the_original_model(effects: Effects | None) -> None:
     ten, pcie = parse_net("10GbE"), parse_net("PCIe3")
     topos = {"flat": Topology.flat(ten), "4pn": Topology(4, pcie, ten)}
@@ -246,23 +244,24 @@ def binary_profile() -> Profile:
 
 
 def test_fusion_cycle_fuses_the_gradients_of_one_tick() -> None:
+    """Horovod's fusion cycle, `ssgd`'s cycle_ms and cycle_mb, read from the simulated clock."""
     prof = binary_profile()
     net = NetModel(1e12, 0.0)                                            # transfers ~free: ticks decide
-    def allreduces(effects: Effects | None) -> list[str]:
-        pred = simulate(prof, "wfbp", 4, net, effects=effects)
+    def allreduces(params: dict) -> list[str]:
+        pred = simulate(prof, "wfbp", 4, net, params)
         return [e.name for e in pred.events if e.stream != "compute" and e.step == pred.window[0]]
-    assert len(allreduces(None)) == 8                                     # per tensor
-    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10))) == 4         # per layer: one tick each
-    assert len(allreduces(Effects(fusion_cycle_s=2.0**-10, fusion_threshold_bytes=4000))) == 8
-    whole = simulate(prof, "wfbp", 4, net, effects=Effects(fusion_cycle_s=1.0))
+    tick_ms = 1e3 * 2.0**-10
+    assert len(allreduces({})) == 8                                       # per tensor
+    assert len(allreduces({"cycle_ms": tick_ms})) == 4                    # per layer: one tick each
+    assert len(allreduces({"cycle_ms": tick_ms, "cycle_mb": 4000 / 2**20})) == 8
+    whole = simulate(prof, "wfbp", 4, net, {"cycle_ms": 1e3})
     fused = [e for e in whole.events if e.stream != "compute" and e.step == whole.window[0]]
     assert len(fused) == 1 and fused[0].start == pytest.approx(math.ceil(fused[0].start))  # at its tick
 
 
 def test_whatif_switches_each_effect_off_alone() -> None:
     assert whatif() == (WHATIF, MESSAGE_OVERHEADS)
-    assert whatif(fusion_cycle=False)[0] == Effects(0.0, WHATIF.fusion_threshold_bytes, WHATIF.contention)
-    assert whatif(contention=False)[0] == Effects(WHATIF.fusion_cycle_s, WHATIF.fusion_threshold_bytes, 0.0)
+    assert whatif(contention=False)[0] == Effects(0.0)
     assert whatif(message_latency=False) == (WHATIF, None)
     assert MESSAGE_OVERHEADS == Overheads(issue_s=8.4e-6)
 
@@ -270,35 +269,34 @@ def test_whatif_switches_each_effect_off_alone() -> None:
 def test_cli_flags_switch_effects_and_topology(tmp_path, capsys) -> None:
     import pandas as pd
     layers = [Layer(f"layer{i}", 1e-3, 2e-3, 1e-4, [f"layer{i}.weight"], [4 * n], [n])
-              for i, n in enumerate([300_000, 2_000_000, 50_000])]
+              for i, n in enumerate([1_200_000, 8_000_000, 200_000])]          # > 25 MB: DDP overlaps a bucket
     path = Profile("toy", 32, (3, 32, 32), "cpu", "measured", "test", layers).to_csv(tmp_path / "toy_b32.csv")
     base = ["simulate", "--profile", str(path), "--algos", "wfbp,ddp,ps", "--nprocs", "16", "--gpus-per-node", "4",
             "--intra", "PCIe3", "--net", "10GbE"]
     steps = {}
-    for name, extra in {"all": [], "nofc": ["--no-fusion-cycle"], "noct": ["--no-contention"],
-                        "noml": ["--no-message-latency"], "hier": ["--hierarchical"], "sep": ["--servers", "1"],
-                        "none": ["--no-fusion-cycle", "--no-contention", "--no-message-latency"]}.items():
+    for name, extra in {"all": [], "cycle": ["--set", "cycle_ms=1"], "noct": ["--no-contention"],
+                        "noml": ["--no-message-latency"], "hier": ["--hierarchical"],
+                        "byteps": ["--set", "machine_size=4"], "sep": ["--set", "machine_size=4", "--set", "servers=1"],
+                        "none": ["--no-contention", "--no-message-latency"]}.items():
         out = tmp_path / f"{name}.csv"
         assert cli.main([*base, *extra, "--csv", str(out)]) == 0
         steps[name] = pd.read_csv(out).set_index("algo")
     compute = {name: df.compute_s for name, df in steps.items()}
     steps = {name: df.step_s for name, df in steps.items()}
-    for name in ("nofc", "hier"):
+    for name in ("cycle", "hier"):
         assert steps[name]["wfbp"] != steps["all"]["wfbp"], name
-    assert steps["noct"]["ddp"] < steps["all"]["ddp"]      # wfbp's steps are tick-bound here
+    assert compute["noct"]["ddp"] < compute["all"]["ddp"]  # the backward that overlaps a bucket
     assert compute["noml"]["ddp"] < compute["all"]["ddp"]  # the issue cost is compute time
-    assert steps["sep"]["ps"] != steps["all"]["ps"]
-    topo = Topology(4, parse_net("PCIe3"), parse_net("10GbE"), servers=0)
+    assert steps["sep"]["ps"] != steps["byteps"]["ps"] != steps["all"]["ps"]
+    topo = Topology(4, parse_net("PCIe3"), parse_net("10GbE"))
     prof = Profile.from_csv(path)
     assert steps["none"]["wfbp"] == pytest.approx(simulate(prof, "wfbp", 16, topology=topo).step_s, rel=1e-12)
-    assert cli.main([*base, "--servers", "-1", "--csv", str(tmp_path / "x.csv")]) == 2
+    assert cli.main([*base, "--set", "servers=-1", "--csv", str(tmp_path / "x.csv")]) == 2
     assert "servers" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"hierarchical": 1}, "hierarchical"),
-    ({"servers": -1}, "servers"),
-    ({"servers": "racks"}, "servers"),
 ])
 def test_bad_topology_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -310,13 +308,3 @@ def test_bad_effects_name_the_field() -> None:
     with pytest.raises(ConfigError) as err:
         Effects(contention=-0.1)
     assert err.value.field == "effects.contention"
-
-
-def test_cli_servers_name_the_byteps_placement() -> None:
-    assert systems_commands.parse_servers("nodes") == PER_NODE
-    assert systems_commands.parse_servers("colocated") == systems_commands.parse_servers("0") == 0
-    assert systems_commands.parse_servers("8") == 8
-    for bad in ("-1", "racks", ""):
-        with pytest.raises(ConfigError) as err:
-            systems_commands.parse_servers(bad)
-        assert err.value.field == "servers"

@@ -143,15 +143,18 @@ def test_the_speed_sweep_runs_every_algorithm_on_the_committed_profiles() -> Non
 
 def test_the_measured_error_beside_a_prediction_is_that_of_its_runtime_model(tmp_path) -> None:
     """A what-if prediction carries the band measured for its own runtime model, or none: with the
-    survey's effects (Horovod's 5 ms cycle, contention 0.189) and no extra per-call cost, wfbp on 10GbE
-    in nodes of 4 is the survey's WFBP-A2A model and gets its band; with the what-if defaults (1 ms
-    cycle, 8.4 us per message) it is another runtime model, which no survey row measured."""
+    survey's settings (Horovod's 5 ms cycle as wfbp's parameters, contention 0.189) and no extra
+    per-call cost, wfbp on 10GbE in nodes of 4 is the survey's WFBP-A2A model and gets its band; with
+    the what-if defaults (no cycle, 8.4 us per message) it is another runtime model, which no survey
+    row measured."""
+    from distsgd.systems.cases import HOROVOD_CYCLE
     from distsgd.systems.timeline import survey
     from distsgd.systems.timeline.error_band import measured_error
 
     csv = _toy().to_csv(tmp_path / "toy_b32.csv")
     kw = dict(iter_time=0.5, profile_csv=csv, gpus_per_node=4, intra="PCIe3")
-    same = whatif.what_if("toy", 32, ["wfbp"], [8], ["10GbE"], effects=survey.SURVEY_EFFECTS, overheads=None, **kw).table
+    same = whatif.what_if("toy", 32, ["wfbp"], [8], ["10GbE"], params=dict(HOROVOD_CYCLE),
+                          effects=survey.SURVEY_EFFECTS, overheads=None, **kw).table
     band = measured_error(survey.runtime("WFBP-A2A"), "10GbE")
     assert same.runtime_model[0] == survey.runtime("WFBP-A2A")
     assert same.measured_error[0] == f"{band.low:+.0%}..{band.high:+.0%} (12 survey rows)"

@@ -107,6 +107,9 @@ class Algorithm:
     # its own passes over its buffers that no layer times, each announced where it runs with
     # `Comm.work(name)` (the simulator charges them; `timed_work` runs them for measuring)
     work_passes: ClassVar[tuple[str, ...]] = ()
+    # whether the timeline simulator's stand-in model holds storage (CPU tensors) instead of meta
+    # tensors: a runtime that reads tensors back (torch's DDP reducer, its rebuilt bucket order)
+    simulated_storage: ClassVar[bool] = False
 
     model: torch.nn.Module                 # the model of this rank
     net: torch.nn.Module                   # the module the loop runs forward on (model or a wrapper)
@@ -150,7 +153,9 @@ class Algorithm:
     def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
         """(start, cycle): from step `start` on, what the algorithm issues repeats every `cycle`
         steps (its averaging period; 1 for a per-step rule). The timeline simulator measures a
-        cycle after two and checks that it repeats (`timeline.simulate`). Default (0, 1)."""
+        cycle after two and checks that it repeats (`timeline.simulate`). Default (0, 1). A cycle of
+        0: what it issues follows the clock, not the steps (Horovod's fusion cycle), so no cycle of
+        steps repeats it; the simulator measures two steps after two and checks nothing."""
         return 0, 1
 
     @classmethod

@@ -4,9 +4,14 @@ Same update as `ssgd` (average gradient, identical step on every rank); DDP's C+
 the bucketing and overlap. Its bucket all-reduces are routed through `Comm` with a DDP
 communication hook (`register_comm_hook`) so that they are counted in the ledger and see the
 emulated network like every other algorithm; the reduction itself is DDP's standard average.
+
+DDP runs on the process group of `Comm`'s world (`Comm.world.pg`): in a run the default group (or a
+user's, `Comm.on_group`), in the timeline simulator a fake one whose bucket collectives are the
+simulator's futures (`timeline.driver.SimComm`). The reducer starts with all gradients in one bucket
+and rebuilds its buckets in gradient-ready order after the first iteration (`steady_state`).
 """
 # No `from __future__ import annotations` here: DDP checks the hook's annotations at runtime.
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -33,10 +38,17 @@ class DDP(Algorithm):
     )
 
     bucket_mb: float
+    simulated_storage = True     # the reducer reads its rebuilt bucket order back from a tensor
+
+    @classmethod
+    def steady_state(cls, params: dict[str, Any]) -> tuple[int, int]:
+        """The reducer's buckets are rebuilt after the first iteration: steady from step 1."""
+        return 1, 1
 
     def build(self) -> None:
         device = self.comm.device
         device_ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(self.model, device_ids=device_ids, bucket_cap_mb=self.bucket_mb)
+        ddp = DistributedDataParallel(self.model, device_ids=device_ids, bucket_cap_mb=self.bucket_mb,
+                                      process_group=self.comm.world.pg, init_sync=self.comm.moves_data)
         ddp.register_comm_hook(self.comm, ledger_allreduce_hook)
         self.net = ddp

@@ -122,6 +122,10 @@ class Handle:
 class Comm:
     """Collectives with a byte ledger and optional network emulation, for one rank."""
 
+    # collectives move data (the timeline simulator's `SimComm` records them only: a runtime that
+    # synchronises the ranks' models at its start, DDP's, skips that there)
+    moves_data = True
+
     def __init__(self, rank: int, world_size: int, device: torch.device,
                  net: NetModel | None = None, ring_reduce_scatter: bool = False,
                  group: "dist.ProcessGroup | None" = None, owns_group: bool = False) -> None:
@@ -200,12 +204,14 @@ class Comm:
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", group: Group | None = None,
-                   async_op: bool = False) -> Handle | None:
-        """In-place all-reduce; op 'avg' divides the sum by the group size on completion."""
+                   async_op: bool = False, at: float | None = None) -> Handle | None:
+        """In-place all-reduce; op 'avg' divides the sum by the group size on completion. `at`: the
+        time on `now()`'s clock at which a runtime's background thread issues it (Horovod's fusion
+        cycle tick, past or to come), from which the emulated network times it (default: now)."""
         g = group or self.world
         post = (lambda: tensor.div_(g.size)) if op == "avg" else None
         return self._issue("all_reduce", tensor, g, post, async_op, lambda: dist.all_reduce(
-            tensor, op=_OPS[op], group=g.pg, async_op=True))
+            tensor, op=_OPS[op], group=g.pg, async_op=True), at)
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum",
                        group: Group | None = None, async_op: bool = False) -> Handle | None:
@@ -214,14 +220,14 @@ class Comm:
         gloo's own reduce-scatter sends what an all-reduce sends, twice the ring's bytes."""
         g = group or self.world
         post = (lambda: output.div_(g.size)) if op == "avg" else None
-        ring = self._ring if g.size > 1 else None
+        return self._issue("reduce_scatter", input, g, post, async_op,
+                           lambda: self._reduce_scatter(output, input, op, g))
 
-        def launch() -> "dist.Work | FutureWork":
-            if ring is not None:
-                return ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
-            return single_tensor_collective("reduce_scatter")(output, input, op=_OPS[op], group=g.pg, async_op=True)
-
-        return self._issue("reduce_scatter", input, g, post, async_op, launch)
+    def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str, g: Group) -> "dist.Work | FutureWork":
+        """Launch the reduce-scatter of `reduce_scatter` (the ring with `ring_reduce_scatter`)."""
+        if self._ring is not None and g.size > 1:
+            return self._ring.reduce_scatter(output, input, op, g.ranks, self.rank, g.pg)
+        return single_tensor_collective("reduce_scatter")(output, input, op=_OPS[op], group=g.pg, async_op=True)
 
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, group: Group | None = None,
                    async_op: bool = False) -> Handle | None:
@@ -254,11 +260,34 @@ class Comm:
             tensor, dst=dst, op=_OPS[op], group=g.pg, async_op=True))
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: Group | None = None,
-                  async_op: bool = False) -> Handle | None:
-        """`tensor` takes the value of global rank `src`'s tensor."""
+                  async_op: bool = False, at: float | None = None) -> Handle | None:
+        """`tensor` takes the value of global rank `src`'s tensor. `at`: as `all_reduce`'s (a
+        runtime's background thread issuing it once the data it sends is there)."""
         g = group or self.world
         return self._issue("broadcast", tensor, g, None, async_op, lambda: dist.broadcast(
-            tensor, src=src, group=g.pg, async_op=True))
+            tensor, src=src, group=g.pg, async_op=True), at)
+
+    def push(self, shard: torch.Tensor, input: torch.Tensor, servers: int = 0, group: Group | None = None,
+             async_op: bool = False, at: float | None = None) -> Handle | None:
+        """A parameter server's push: every rank of `group` (one per worker machine) sends `input`
+        (n elements, divisible by the group's size) to `servers` separate server machines (0: as
+        many as the group's ranks), which sum it; timed and recorded as that (`NetModel.cost`'s
+        "push": the busier of a machine's and a server's NIC). The servers' keys are held by the
+        group's ranks: `shard` (n / size elements) receives this rank's share of the sum, a
+        reduce-scatter (`reduce_scatter`'s), which `pull` gathers. `at`: as `all_reduce`'s."""
+        g = group or self.world
+        return self._issue("push", input, g, None, async_op, lambda: self._reduce_scatter(shard, input, "sum", g),
+                           at, servers)
+
+    def pull(self, output: torch.Tensor, shard: torch.Tensor, servers: int = 0, group: Group | None = None,
+             async_op: bool = False, at: float | None = None) -> Handle | None:
+        """A parameter server's pull: every rank of `group` receives the servers' sum (`output`, n
+        elements) of a `push` (timed and recorded as `NetModel.cost`'s "pull" from `servers`
+        separate server machines, 0: as many as the group's ranks), gathered from the shards
+        the group's ranks hold (an all-gather). `at`: as `all_reduce`'s."""
+        g = group or self.world
+        return self._issue("pull", output, g, None, async_op, lambda: single_tensor_collective("all_gather")(
+            output, shard, group=g.pg, async_op=True), at, servers)
 
     def all_reduce_future(self, tensor: torch.Tensor, op: str = "avg",
                           group: Group | None = None) -> torch.futures.Future:
@@ -380,12 +409,13 @@ class Comm:
             kinds = sorted(h.entry.kind for h in self._pending)
             raise RuntimeError(f"rank {self.rank}: {len(kinds)} collectives never waited: {kinds}")
 
-    def _record(self, kind: str, tensor: torch.Tensor, g: Group) -> Entry:
+    def _record(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None,
+                servers: int = 0) -> Entry:
         nbytes = tensor.numel() * tensor.element_size()
         if self.net is not None:                # on a GPU: the issue time is when the device gets here
             device_sync.synchronize(self.device)
-        now = time.perf_counter()
-        modeled = self.net.cost(kind, nbytes, g.size) if self.net else 0.0
+        now = time.perf_counter() if at is None else at
+        modeled = self.net.cost(kind, nbytes, g.size, servers) if self.net else 0.0
         with self._lock:
             start = max(now, self._link_free_at) if self.net else now
             ready = start + modeled
@@ -397,8 +427,9 @@ class Comm:
         return self.ledger.record(entry)
 
     def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Callable[[], None] | None,
-               async_op: bool, launch: Callable[[], "dist.Work | FutureWork"]) -> Handle | None:
-        entry = self._record(kind, tensor, g)
+               async_op: bool, launch: Callable[[], "dist.Work | FutureWork"],
+               at: float | None = None, servers: int = 0) -> Handle | None:
+        entry = self._record(kind, tensor, g, at, servers)
         handle = Handle(self, launch(), entry, post)
         if async_op:
             self._pending.add(handle)

@@ -20,6 +20,14 @@ For the root collectives (gather, reduce, broadcast) `bytes_sent` is the per-ran
 rank's ledger shows the same number on the root and on the others; the message a worker sends up
 (gather, reduce) or receives down (broadcast) is the entry's `nbytes`.
 
+A parameter server's push and pull (`Comm.push`, `Comm.pull`: BytePS's placement of `ps`), over p
+worker machines (the group: one rank per machine) and S separate server machines (S = 0: as many
+as the workers), the partition of n bytes spread over the servers:
+
+    push / pull      alpha + load * n/B,   load = max(1, p/S)   (the machine's one stream to the
+                                           servers, or a server's from all machines, whichever NIC
+                                           is busier); a push sends n per rank, a pull none
+
 With p = 1 a collective costs nothing and sends nothing.
 
 Two-level formulas (simulator-only: `Comm` emulates one flat network, so these are built from the
@@ -29,13 +37,6 @@ the link inside a node, `inter` the NIC between nodes):
     hierarchical all_reduce   intra.reduce(n, g) + inter.all_reduce(n, nodes) + intra.broadcast(n, g)
                               (reduce to the node's leader, ring among the leaders, broadcast back:
                               Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE shape, as issue #23 states it)
-    BytePS, per partition of n bytes (`byteps_local`, `byteps_remote`; W machines of g GPUs):
-      local reduce / broadcast  (g-1)*intra.alpha + n/intra.B   (NCCL's pipelined chain inside the
-                                machine: every byte crosses each PCIe hop once)
-      push / pull               inter.alpha + load * n/inter.B  (the machine's one stream to the
-                                servers; load = max(1, W/S) with S separate server machines, the
-                                busier NIC of a machine and a server; (W-1)/W with servers
-                                colocated on the W machines); 0 when W = 1 (not distributed)
 
 Networks are named on the command line (``--net``, and ``--intra`` for the link inside a node):
 a preset below; ``bandwidth=<B>,latency=<L>`` or the short ``<B>,<L>``; or a user's own network
@@ -77,7 +78,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "push", "pull")
 
 # Named networks (--net 10GbE, --intra NVLink): values and sources in the module doc's table.
 PRESETS = {
@@ -109,8 +110,9 @@ class NetModel:
     bandwidth_Bps: float
     latency_s: float
 
-    def cost(self, kind: str, nbytes: int, p: int) -> float:
-        """Modeled seconds for collective `kind` over `p` ranks on `nbytes` (see module doc)."""
+    def cost(self, kind: str, nbytes: int, p: int, servers: int = 0) -> float:
+        """Modeled seconds for collective `kind` over `p` ranks on `nbytes` (see module doc);
+        `servers`: a push's or pull's separate server machines (0: p)."""
         if p <= 1:
             return 0.0
         a, inv_b = self.latency_s, 1.0 / self.bandwidth_Bps
@@ -122,6 +124,8 @@ class NetModel:
             return math.ceil(math.log2(p)) * (a + nbytes * inv_b)
         if kind == "gather":
             return math.ceil(math.log2(p)) * a + (p - 1) * nbytes * inv_b
+        if kind in ("push", "pull"):
+            return a + max(1.0, p / (servers or p)) * nbytes * inv_b
         raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
 
 
@@ -134,27 +138,6 @@ def hierarchical_all_reduce(intra: NetModel, inter: NetModel, nbytes: int, gpus_
             + intra.cost("broadcast", nbytes, gpus_per_node))
 
 
-def byteps_local(intra: NetModel, nbytes: float, gpus: int) -> float:
-    """Seconds of BytePS's NCCL reduce (or broadcast) of one partition of `nbytes` among the
-    `gpus` GPUs of a machine: a pipelined chain, (gpus-1) latencies and every byte once over the
-    intra-node link; 0 for one GPU."""
-    if gpus <= 1:
-        return 0.0
-    return (gpus - 1) * intra.latency_s + nbytes / intra.bandwidth_Bps
-
-
-def byteps_remote(inter: NetModel, nbytes: float, machines: int, servers: int) -> float:
-    """Seconds of BytePS's push (or pull) of one partition of `nbytes` from each of `machines`
-    worker machines: one alpha and the bytes of the busier NIC, a worker's (nbytes) or a server's
-    (machines x nbytes over `servers` separate server machines, partitions spread evenly), or with
-    `servers` = 0 (colocated on the worker machines) (machines-1)/machines x nbytes each way; 0 with
-    one machine (BytePS then reduces and broadcasts inside it only)."""
-    if machines <= 1:
-        return 0.0
-    load = max(1.0, machines / servers) if servers > 0 else (machines - 1) / machines
-    return inter.latency_s + load * nbytes / inter.bandwidth_Bps
-
-
 def bytes_sent(kind: str, nbytes: int, p: int) -> int:
     """Bytes one rank sends in collective `kind` over `p` ranks on `nbytes` (see module doc)."""
     if p <= 1:
@@ -163,6 +146,8 @@ def bytes_sent(kind: str, nbytes: int, p: int) -> int:
         return round(2 * (p - 1) * nbytes / p)
     if kind in ("reduce_scatter", "all_gather", "broadcast", "reduce", "gather"):
         return round((p - 1) * nbytes / p)
+    if kind in ("push", "pull"):
+        return nbytes if kind == "push" else 0
     raise ValueError(f"unknown collective kind {kind!r}; known: {KINDS}")
 
 

@@ -50,11 +50,17 @@ class Method:
 
 
 HOROVOD_FUSION_MB = 64.0             # the fusion buffer of the Horovod the survey ran (< 0.21)
+# Horovod's tensor fusion cycle before 0.21 (5 ms, 64 MiB; since 0.21 1 ms and 128 MiB, horovod #2468):
+# the per-gradient schedule as the survey's and the public tables' Horovod ran it (`ssgd`'s cycle)
+HOROVOD_CYCLE = {"cycle_ms": 5.0, "cycle_mb": HOROVOD_FUSION_MB}
 _BSP_MB = 536870912 / MiB            # Horovod's and BytePS's threshold in BSP: one buffer after backward
-_PS = {"partition_mb": 4096000 / MiB}
+SURVEY_GPUS_PER_MACHINE = 4          # the survey's machines of 4 V100s (its BytePS: one root and one server each)
+# BytePS as the survey ran it: its 4,096,000-byte partitions, machines of 4 GPUs, one server machine per
+# worker machine (`ps`'s placement: machine_size, servers 0)
+_PS = {"partition_mb": 4096000 / MiB, "machine_size": SURVEY_GPUS_PER_MACHINE, "servers": 0}
 SURVEY_METHODS = {
     "BSP-A2A": Method("no_overlap", {"bucket_mb": _BSP_MB}, "all-reduce"),
-    "WFBP-A2A": Method("wfbp", {}, "all-reduce"),
+    "WFBP-A2A": Method("wfbp", HOROVOD_CYCLE, "all-reduce"),
     "MG-WFBP": Method("mgwfbp", {}, "all-reduce"),
     "ByteScheduler-A2A": Method("bytescheduler", {"partition_mb": 4e6 / MiB, "credit_mb": 16e6 / MiB}, "all-reduce"),
     "BSP-PS": Method("ps", {**_PS, "bucket_mb": _BSP_MB}, "PS"),
@@ -68,8 +74,8 @@ SURVEY_METHODS = {
 # GRACE's uncompressed baseline (both Horovod's hook-driven all-reduce).
 DDP_TABLE_METHODS = {"DDP 25 MB buckets": Method("ddp", {"bucket_mb": 25.0}, "all-reduce"),
                      "DDP 1 MB buckets": Method("ddp", {"bucket_mb": 1.0}, "all-reduce")}
-HOROVOD_TABLE_METHODS = {"Horovod": Method("wfbp", {}, "all-reduce")}
-GRACE_TABLE_METHODS = {"no compression": Method("wfbp", {}, "all-reduce")}
+HOROVOD_TABLE_METHODS = {"Horovod": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
+GRACE_TABLE_METHODS = {"no compression": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
 
 
 def _case(method: str, label: str) -> dict[str, Any]:
@@ -81,11 +87,11 @@ def _case(method: str, label: str) -> dict[str, Any]:
 # BSP as the projections run it: no overlap, one 512 MiB buffer
 SURVEY_BSP_CASE = _case("BSP-A2A", "no overlap")
 # The overlapping schedules as the survey's launch scripts ran them, in the order the projections of
-# 06, 07 and 10 list them, between no overlap and the parameter server / DDP / DeAR: WFBP, Horovod's
-# fusion buffer (the kit's fusion schedule), MG-WFBP (the authors' greedy merge), ByteScheduler's
-# 4,000,000-byte partitions and 16,000,000-byte credit.
+# 06, 07 and 10 list them, between no overlap and the parameter server / DDP / DeAR: WFBP (the kit's,
+# without Horovod's fusion cycle), Horovod's fusion buffer (the kit's fusion schedule), MG-WFBP (the
+# authors' greedy merge), ByteScheduler's 4,000,000-byte partitions and 16,000,000-byte credit.
 SURVEY_OVERLAP_CASES = [
-    _case("WFBP-A2A", "WFBP"),
+    {"algo": SURVEY_METHODS["WFBP-A2A"].algo, "label": "WFBP"},
     {"algo": "fusion", "params": {"bucket_mb": HOROVOD_FUSION_MB}, "label": "tensor fusion"},
     _case("MG-WFBP", "MG-WFBP"),
     _case("ByteScheduler-A2A", "ByteScheduler"),

@@ -138,12 +138,7 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
     n.add_argument("--intra", default="PCIe3", help="intra-node link (a --net spec) when --gpus-per-node > 1")
     n.add_argument("--hierarchical", action="store_true",
                    help="all-reduces spanning nodes: intra reduce, ring among node leaders, intra broadcast")
-    n.add_argument("--servers", default="nodes",
-                   help="ps as BytePS runs it: 'nodes' one server machine per worker machine (the survey's "
-                        "nworkers/4 with 4 GPUs per node), 'colocated' (or 0) servers on the worker machines, "
-                        "N separate server machines")
     e = m.add_argument_group("effects at scale (timeline.effects; each on by default)")
-    e.add_argument("--no-fusion-cycle", action="store_true", help="no Horovod fusion cycle for wfbp")
     e.add_argument("--no-contention", action="store_true", help="no compute slow-down during collectives")
     e.add_argument("--no-message-latency", action="store_true", help="no per-collective call cost")
     w = m.add_argument_group("what to simulate and write")
@@ -162,18 +157,6 @@ def add_simulate_parser(sub: "argparse._SubParsersAction") -> None:
                         "do not depend on wall time), per configuration, for --steps N")
 
 
-def parse_servers(text: str) -> int | str:
-    """--servers: 'nodes' (`timeline.topology.PER_NODE`), 'colocated' or 0, or N >= 1 server machines."""
-    from .timeline.topology import PER_NODE
-    if text == PER_NODE:
-        return PER_NODE
-    if text == "colocated":
-        return 0
-    if not text.isdigit():
-        raise ConfigError("servers", text, f"{PER_NODE!r}, 'colocated' (or 0), or N >= 1 separate servers")
-    return int(text)
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     """`python -m distsgd simulate`: check everything, simulate, write the CSV (and the plot),
     print a table and the recommendation."""
@@ -186,8 +169,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if not p.isdigit() or int(p) < 1:
             raise ConfigError("nprocs", p, "integers >= 1")
         nprocs.append(int(p))
-    servers = parse_servers(args.servers)
-    effects, overheads = scale_effects(not args.no_fusion_cycle, not args.no_contention, not args.no_message_latency)
+    effects, overheads = scale_effects(not args.no_contention, not args.no_message_latency)
     if args.plot is not None:
         whatif.check_plot_path(args.plot)
     if (args.collectives is None) != (args.steps == 0):
@@ -198,7 +180,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                             nccl_min_bytes=args.nccl_min_bytes, gpus_per_node=args.gpus_per_node,
                             intra=args.intra,
                             params=parse_assignments(args.set, "set"), trace_dir=args.trace,
-                            hierarchical=args.hierarchical, servers=servers, effects=effects,
+                            hierarchical=args.hierarchical, effects=effects,
                             overheads=overheads, collectives_steps=args.steps if args.collectives else 0)
     if answer.fit is not None:
         print(answer.fit.describe())

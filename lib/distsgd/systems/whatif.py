@@ -207,11 +207,11 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
             device: str = "cpu", seq_len: int | None = None, profile_csv: str | Path | None = None,
             nccl_log: str | Path | None = None, nccl_min_bytes: int = 0, gpus_per_node: int = 1,
             intra: str = "", params: dict[str, Any] | None = None, trace_dir: Path | None = None,
-            hierarchical: bool = False, servers: int | str | None = None, effects: Effects = WHATIF,
+            hierarchical: bool = False, effects: Effects = WHATIF,
             overheads: Overheads | None = MESSAGE_OVERHEADS, collectives_steps: int = 0) -> WhatIf:
     """Your compute (`iteration_seconds`, `choose_profile`), your network(s) (`your_networks`) and
     topology (`gpus_per_node` ranks per node over `intra`, which one GPU per node ignores;
-    `hierarchical` all-reduces and PS `servers` as `Topology`'s), `algos` x `nprocs` x networks
+    `hierarchical` all-reduces as `Topology`'s), `algos` x `nprocs` x networks
     simulated (`timeline.sweep`, with the scale `effects` and per-call `overheads`, by default the
     what-if defaults of `timeline.effects`, `OFF` / None to switch them off; Chrome traces in
     `trace_dir`), each prediction with the simulator's error measured on a real cluster for its
@@ -227,10 +227,10 @@ def what_if(model: str, batch_size: int | None, algos: list[str], nprocs: list[i
     if isinstance(collectives_steps, bool) or not isinstance(collectives_steps, int) or collectives_steps < 0:
         raise ConfigError("steps", collectives_steps, "an integer >= 0 (0: no list of collectives)")
     networks, fit = your_networks(nets, nccl_log, nccl_min_bytes)
-    per_algo, topologies = check_sweep(algos, nprocs, networks, params, gpus_per_node, intra, hierarchical, servers)
+    per_algo, topologies = check_sweep(algos, nprocs, networks, params, gpus_per_node, intra, hierarchical)
     profile, source = choose_profile(model, batch_size, device, seq_len, compute_s, profile_csv)
     table = sweep(profile, algos, nprocs, networks, params, gpus_per_node, intra, source, trace_dir,
-                  hierarchical, servers, effects, overheads)
+                  hierarchical, effects, overheads)
     issued = None
     if collectives_steps:
         issued = pd.concat([collectives(profile, algo, p, collectives_steps, params=per_algo[algo], topology=topo)

@@ -9,7 +9,7 @@ benchmark predicted row by row (`timeline.survey`, the committed `reproduce/vali
 survey_error.csv`, docs/simulator_error.md), as bands keyed on the runtime model that made each
 prediction. The rule, fixed before any projection is made (`timeline.error_band`'s module docstring
 states it): a step time's band is the extremes of the survey's errors for *the same runtime model*
-(schedule, the kit's class or the stated model that charges it, resolved parameters, contention,
+(schedule, the kit's class that charges it, resolved parameters, contention,
 overheads: `runtime`, known before anything is simulated) on the same fabric; a ratio is decided on
 the worst case of its terms' bands. A term whose runtime model or fabric the survey did not measure
 leaves the claim inconclusive, "not covered", with that reason, known before the projection

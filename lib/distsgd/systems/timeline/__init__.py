@@ -4,18 +4,17 @@ layer profile (`distsgd.systems.layer_profile.Profile`), p ranks and a network (
 exposed_comm_s, events, to_chrome_trace); `python -m distsgd simulate` sweeps configurations.
 
 Modules: `topology` (which link, what cost), `streams` (one rank's compute stream and FIFO links),
-`driver` (the algorithm's own class driven over the profile with a recording `SimComm`), `stated`
-(the stated models of other libraries' runtimes: DDP's reducer, Horovod's fusion cycle, BytePS),
+`driver` (the algorithm's own class driven over the profile with a recording `SimComm`),
 `simulator` (`simulate`: the steady state, `Prediction`, `RuntimeModel`, the collectives a run
 issues), `sweep` (the CLI's table of configurations), `costs` (the per-call issue and copy costs and
 an algorithm's own passes on the compute stream: `simulate(..., overheads=Overheads(...))`, by
-default `costs.for_profile`; measured by `systems.measure_costs`), `effects` (Horovod's fusion
-cycle, compute contention, the per-message cost: `simulate(..., effects=Effects(...))`, default off;
+default `costs.for_profile`; measured by `systems.measure_costs`), `effects` (compute
+contention, the per-message cost: `simulate(..., effects=Effects(...))`, default off;
 on in the what-if CLI), `error_band` (the simulator's error measured on a real cluster, keyed on the
 runtime model), `validate` (against the benchmark's measured step times), `survey` (the error on the
 survey's real cluster: `python -m distsgd.systems.timeline.survey`), `public_tables` (the error on the other
 public real-cluster tables: PyTorch's DDP benchmark, Horovod's first table, GRACE). Topology: `Topology(g, intra,
-inter, hierarchical=, servers=)`.
+inter, hierarchical=)`.
 """
 from .effects import Effects
 from .costs import Overheads

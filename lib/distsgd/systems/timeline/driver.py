@@ -6,15 +6,19 @@
 optimizer_step, after_step), on stand-ins that move no data and keep the time of one rank
 (`streams.Rank`; data-parallel ranks are alike, so one rank's timeline is every rank's):
 
-- `ProfileNet`: the profile's layers as modules on the meta device (shapes, no storage), in forward
-  order, each holding parameters of the profile's gradient sizes; a layer's forward charges its
+- `ProfileNet`: the profile's layers as modules on the meta device (shapes, no storage; on the CPU
+  for a class whose runtime reads tensors back, `Algorithm.simulated_storage`), in forward order, each holding parameters of the profile's gradient sizes; a layer's forward charges its
   `forward_s` on the compute stream, its backward (autograd, one node per parameter) its
   `backward_s` before the gradients of its parameters, in the profile's order, are accumulated, so
   the algorithm's gradient hooks fire when the profile says the gradients are ready.
 - `SimComm`: the `Comm` the algorithm calls, recording instead of transmitting. Each collective is
-  charged on the rank's link by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
+  charged on its group's link (`Topology.ranks_link`) by the rule of `Comm`'s emulation (`Rank.issue`: start when issued and
   the link is free, ready `Topology.cost` later; the per-call costs of `timeline.costs` on the
-  compute stream); its handle's `wait()` moves the compute stream to the ready time. Its ledger holds
+  compute stream); its handle's `wait()` moves the compute stream to the ready time. A collective
+  issued as a future (a DDP communication hook's, `Comm.all_reduce_future`) is waited for when the
+  backward pass that issued it ends, as DDP's reducer waits for its buckets' futures. Its world's
+  process group is a fake one (`fake_process_group`): torch's DDP runs its own reducer on it, whose
+  bucket collectives reach the simulator through the class's communication hook. Its ledger holds
   what the algorithm issued, with the columns of a run's comm.csv. `now()` is the simulated clock:
   an algorithm that times itself (MG-WFBP's gradient-ready times, DeAR's tuner) measures the
   profile's times through the interface it uses in a run. An algorithm's own pass over its buffers
@@ -38,6 +42,7 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import nn
+from torch._C._distributed_c10d import FakeProcessGroup, FakeStore, ProcessGroup
 
 from ...algorithms.base import Algorithm
 from ...comm.comm import Comm, Group
@@ -83,6 +88,18 @@ class _LinkCost:
         return self.clock.topology.cost(self.link, kind, nbytes, p)
 
 
+def fake_process_group(rank: int, size: int) -> ProcessGroup:
+    """A process group of `size` ranks, this one `rank`, whose collectives complete at once and move
+    nothing (torch's fake backend, `FakeProcessGroup`), made without `init_process_group`: the
+    simulator's process leaves torch.distributed's default group alone."""
+    group = ProcessGroup(FakeStore(), rank, size)
+    group._set_default_backend(ProcessGroup.BackendType.CUSTOM)
+    backend = FakeProcessGroup._create_internal(rank, size)
+    for device in ("cpu", "meta"):
+        group._register_backend(torch.device(device), ProcessGroup.BackendType.CUSTOM, backend)
+    return group
+
+
 class SimComm(Comm):
     """A `Comm` for one rank of `clock.nproc` alike ranks that charges its collectives on `clock`
     (module doc) and moves no data. It is the last rank: a worker, not the root of a root-based
@@ -90,12 +107,18 @@ class SimComm(Comm):
     the simulator p decompressions per bucket and the timeline nothing: meta tensors cost no time).
     Reductions of bookkeeping values (`reduce_uncounted`, `agree`) see every rank holding this
     rank's value. `update_s` and `compute_s` (the profile's optimizer update and training step)
-    price the algorithm's announced work (`work`), one of the passes its class declares (`passes`)."""
+    price the algorithm's announced work (`work`), one of the passes its class declares (`passes`).
+    Its world's process group is a fake one (`fake_process_group`)."""
 
-    def __init__(self, clock: Rank, update_s: float, compute_s: float, passes: tuple[str, ...] = ()) -> None:
-        super().__init__(clock.nproc - 1, clock.nproc, torch.device("meta"))
+    moves_data = False
+
+    def __init__(self, clock: Rank, update_s: float, compute_s: float, passes: tuple[str, ...] = (),
+                 device: torch.device = torch.device("meta")) -> None:
+        super().__init__(clock.nproc - 1, clock.nproc, device,
+                         group=fake_process_group(clock.nproc - 1, clock.nproc))
         self.clock, self.update_s, self.compute_s, self.passes = clock, update_s, compute_s, passes
         self.net = _LinkCost(clock, clock.topology.group_link(clock.nproc, clock.nproc))
+        self._futures: list[SimHandle] = []        # issued as futures in this backward pass
 
     def now(self) -> float:
         return self.clock.t
@@ -126,17 +149,24 @@ class SimComm(Comm):
                                f"(work_passes: {', '.join(self.passes) or 'none'})")
         self.clock.compute(name, self.clock.overheads.work_s(name, self.update_s, self.compute_s))
 
-    def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
-               launch: Any) -> SimHandle | None:
+    def _charge(self, kind: str, tensor: torch.Tensor, g: Group, at: float | None = None,
+                servers: int = 0) -> SimHandle:
+        """Record collective `kind` on `tensor` over `g` and charge it on the group's link
+        (`Topology.ranks_link`), issued now or at `at` (a background thread's time,
+        `Comm.all_reduce`), a push or pull to `servers` server machines; its handle."""
         nbytes = tensor.numel() * tensor.element_size()
         clock = self.clock
-        link = clock.topology.group_link(g.size, clock.nproc)
-        t_issue = clock.t
-        ready = clock.issue(kind, nbytes, size=g.size, link=link)
+        link, sharers = clock.topology.ranks_link(g.ranks, clock.nproc)
+        t_issue = clock.t if at is None else at
+        ready = clock.issue(kind, nbytes, size=g.size, link=link, at=at, sharers=sharers, servers=servers)
         entry = self.ledger.record(Entry(step=self.step, kind=kind, scope=g.scope, nbytes=nbytes,
                                          sent=bytes_sent(kind, nbytes, g.size), group_size=g.size,
                                          t_issue=t_issue, modeled_s=ready - t_issue, t_ready=ready))
-        handle = SimHandle(self, entry)      # no data: no `post` (the average's division)
+        return SimHandle(self, entry)        # no data: no `post` (the average's division)
+
+    def _issue(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, async_op: bool,
+               launch: Any, at: float | None = None, servers: int = 0) -> SimHandle | None:
+        handle = self._charge(kind, tensor, g, at, servers)
         if async_op:
             self._pending.add(handle)
             return handle
@@ -145,7 +175,21 @@ class SimComm(Comm):
 
     def _future(self, kind: str, tensor: torch.Tensor, g: Group, post: Any, result: torch.Tensor,
                 launch: Any) -> torch.futures.Future:
-        raise NotImplementedError("the simulator drives no DDP communication hook (ddp is a stated model)")
+        """A future of `result`, complete at once (no data); its collective is waited for, in issue
+        order, when the backward pass that issued it ends (DDP's reducer waits for every bucket's
+        future there): an autograd callback of that pass, queued by its first future."""
+        handle = self._charge(kind, tensor, g)
+        if not self._futures:
+            torch.autograd.Variable._execution_engine.queue_callback(self._wait_futures)
+        self._futures.append(handle)
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(result)
+        return future
+
+    def _wait_futures(self) -> None:
+        futures, self._futures = self._futures, []
+        for handle in futures:
+            handle.wait()
 
     def collectives(self) -> pd.DataFrame:
         """Every collective issued, one row each in issue order (`COLLECTIVE_COLUMNS`)."""
@@ -156,7 +200,7 @@ class SimComm(Comm):
 
 class _Backward(torch.autograd.Function):
     """Identity on the activation; its backward charges `seconds` (when given) and returns `zero`
-    as the gradient of `param` (a meta tensor of its shape), which autograd accumulates (firing
+    as the gradient of `param` (a zero of its shape), which autograd accumulates (firing
     `param`'s hooks) before it runs the next node."""
 
     @staticmethod
@@ -178,7 +222,7 @@ _DTYPES = {8: torch.float64, 4: torch.float32, 2: torch.float16, 1: torch.uint8}
 class ProfileLayer(nn.Module):
     """One profile layer: parameters of its gradient tensors' sizes (meta), its times."""
 
-    def __init__(self, layer: Layer, clock: Rank) -> None:
+    def __init__(self, layer: Layer, clock: Rank, device: torch.device) -> None:
         super().__init__()
         self.layer, self.clock = layer, clock
         self.names = [f"t{i}" for i in range(len(layer.tensor_numel))]
@@ -186,9 +230,10 @@ class ProfileLayer(nn.Module):
         # order) are the profile's rows
         for name, numel, nbytes in reversed(list(zip(self.names, layer.tensor_numel, layer.tensor_bytes))):
             dtype = _DTYPES[max(1, nbytes // max(numel, 1))]
-            self.register_parameter(name, nn.Parameter(torch.zeros(numel, dtype=dtype, device="meta")))
+            self.register_parameter(name, nn.Parameter(torch.zeros(numel, dtype=dtype, device=device)))
         self.tensors = [getattr(self, name) for name in self.names]          # the profile's order
-        self.zeros = [torch.zeros_like(t) for t in self.tensors]
+        # the gradients: one zero each, expanded (no storage of their size on the CPU)
+        self.zeros = [torch.zeros((), dtype=t.dtype, device=device).expand(t.shape) for t in self.tensors]
         self.versions = self._versions()
 
     def _versions(self) -> list[int]:
@@ -215,9 +260,9 @@ class ProfileLayer(nn.Module):
 class ProfileNet(nn.Module):
     """The profile's layers in forward order (module doc)."""
 
-    def __init__(self, profile: Profile, clock: Rank) -> None:
+    def __init__(self, profile: Profile, clock: Rank, device: torch.device) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(ProfileLayer(layer, clock) for layer in reversed(profile.layers))
+        self.blocks = nn.ModuleList(ProfileLayer(layer, clock, device) for layer in reversed(profile.layers))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -267,9 +312,11 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
           steps: int = 10**6) -> Driven:
     """`cls` with resolved `params` set up on `profile` for `clock.nproc` ranks (module doc): a
     run's config of `steps` steps with the defaults (SGD, the algorithm's own learning-rate
-    schedule), validated as a run's is (ConfigError on a bad setting), then `setup` as a run does."""
+    schedule), validated as a run's is (ConfigError on a bad setting), then `setup` as a run does,
+    on the meta device (the CPU where the class asks for storage, `Algorithm.simulated_storage`)."""
     config = Config(algo=cls.name, params=dict(params), nproc=clock.nproc, steps=steps).validate()
-    model = ProfileNet(profile, clock)
+    device = torch.device("cpu" if cls.simulated_storage else "meta")
+    model = ProfileNet(profile, clock, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
 
     def charge(_optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
@@ -277,7 +324,7 @@ def drive(profile: Profile, cls: type[Algorithm], params: dict[str, Any], clock:
         model.seen()
 
     optimizer.register_step_post_hook(charge)
-    comm = SimComm(clock, profile.update_s, profile.compute_s, cls.work_passes)
+    comm = SimComm(clock, profile.update_s, profile.compute_s, cls.work_passes, device)
     algorithm = cls(**params)
     net = algorithm.setup(model, optimizer, comm, config.facts())
     return Driven(algorithm, comm, clock, net, optimizer, model, config)

@@ -4,23 +4,17 @@
 so the library's predictions, and the `proj_*` verdicts of notebooks 01/06/07/08/10 that call
 `timeline.simulate`, do not move. The what-if CLI (`python -m distsgd simulate`) turns them on
 with the defaults below (`WHATIF`, plus the per-message cost `MESSAGE_OVERHEADS`), and
-`--no-fusion-cycle`, `--no-contention`, `--no-message-latency` switch each off.
+`--no-contention`, `--no-message-latency` switch each off. Another library's runtime is no effect
+here but a parameter of the class that runs it (Horovod's fusion cycle: `ssgd`'s `cycle_ms`).
 
-(a) `fusion_cycle_s`, `fusion_threshold_bytes`: Horovod's tensor fusion for the per-tensor
-    schedule (wfbp, one all-reduce per gradient). A background thread wakes every cycle; the
-    gradients that became ready since the last tick are fused, up to the threshold, into one
-    all-reduce issued at the tick (Horovod's docs, "Tensor Fusion"). Default 1 ms and 128 MiB:
-    Horovod's defaults since v0.21.0 ("Changed default cycle time from 5ms to 1ms and fusion
-    threshold from 64MB to 128MB", #2468). Bucketed schedules (ssgd, fusion, mgwfbp, ddp) plan
-    their own buckets and launch them from the hooks, as DDP does: no cycle.
-(b) `contention`: compute runs (1 + contention) times slower while a collective of the rank is in
+(a) `contention`: compute runs (1 + contention) times slower while a collective of the rank is in
     flight (the kernels share SMs and memory bandwidth with NCCL's). Default 0.189: the average
     compute slow-down measured when overlapping computation with communication on 4 x A100, H100,
     MI250, MI210 (GPT and LLaMA training; maximum 40%), "Characterizing Compute-Communication
     Overlap in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114 (2025). Only a compute
     task that starts while a collective is in flight is slowed for the overlapping part; a
     collective issued later never reaches back into compute already run.
-(c) per-message latency: the per-call cost of a collective, by the kit's one mechanism for it,
+(b) per-message latency: the per-call cost of a collective, by the kit's one mechanism for it,
     `Overheads.issue_s` (charged on the compute stream at every issue, `timeline.costs`).
     `MESSAGE_OVERHEADS`: 8.4 us, NCCL's own cost model's base latency of a ring all-reduce call
     with the Simple protocol (nccl src/graph/tuning.cc, baseLat Ring/Simple), charged on top of
@@ -33,36 +27,25 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from .costs import Overheads
 
-MiB = 2**20
 
 
 @dataclass(frozen=True)
 class Effects:
     """The scale effects (module doc); zero values switch an effect off."""
 
-    fusion_cycle_s: float = 0.0
-    fusion_threshold_bytes: int = 128 * MiB
     contention: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("fusion_cycle_s", "contention"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ConfigError(f"effects.{name}", value, "a number >= 0 (0: off)")
-        if isinstance(self.fusion_threshold_bytes, bool) or not isinstance(self.fusion_threshold_bytes, int) \
-                or self.fusion_threshold_bytes < 1:
-            raise ConfigError("effects.fusion_threshold_bytes", self.fusion_threshold_bytes, "an integer >= 1")
+        value = self.contention
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError("effects.contention", value, "a number >= 0 (0: off)")
 
 
 OFF = Effects()
-WHATIF = Effects(fusion_cycle_s=1e-3, fusion_threshold_bytes=128 * MiB, contention=0.189)
+WHATIF = Effects(contention=0.189)
 MESSAGE_OVERHEADS = Overheads(issue_s=8.4e-6)
 
 
-def whatif(fusion_cycle: bool = True, contention: bool = True,
-           message_latency: bool = True) -> tuple[Effects, Overheads | None]:
+def whatif(contention: bool = True, message_latency: bool = True) -> tuple[Effects, Overheads | None]:
     """The what-if CLI's (effects, overheads): the defaults above, each switched off by its flag."""
-    effects = Effects(fusion_cycle_s=WHATIF.fusion_cycle_s if fusion_cycle else 0.0,
-                      fusion_threshold_bytes=WHATIF.fusion_threshold_bytes,
-                      contention=WHATIF.contention if contention else 0.0)
-    return effects, (MESSAGE_OVERHEADS if message_latency else None)
+    return Effects(contention=WHATIF.contention if contention else 0.0), (MESSAGE_OVERHEADS if message_latency else None)

@@ -4,7 +4,7 @@ The survey's benchmark (Shi et al.; HKBU-HPML/ddl-benchmarks) predicted row by r
 (`timeline.survey`, the committed `reproduce/validation/survey_error.csv`, docs/simulator_error.md)
 gives, per runtime model and fabric, the extremes of predicted / measured - 1. Every row of that
 table carries the runtime model that predicted it (`simulate.RuntimeModel`: the schedule, the kit's
-class or the stated model of another library's runtime that charged it, its resolved parameters,
+class that charged it, its resolved parameters (another library's runtime among them),
 the compute contention, the per-call overheads and the topology's family, its ranks per node). The rule, fixed before any projection is made:
 
 - A projected step time is covered when the survey's rows hold predictions of the *same runtime
@@ -14,9 +14,9 @@ the compute contention, the per-call overheads and the topology's family, its ra
   10GbE, 100GbE-TCP = 100 Gbit/s with 20 us, or IB-EDR; compared by bandwidth and latency, not by
   name). Its band is [lo, hi], the smallest and largest error (predicted / measured - 1) of every
   such row (all models, p = 4 to 32), so measured = predicted / (1 + e), e in [lo, hi]. A band of
-  one runtime model says nothing of another's: the survey's PS rows are BytePS's stated model
-  (separate server machines, 4,096,000-byte partitions), not the kit's own `ps` class; its WFBP rows
-  are Horovod's fusion cycle, not the kit's `wfbp` class.
+  one runtime model says nothing of another's: the survey's PS rows are `ps` on BytePS's placement
+  (separate server machines, 4,096,000-byte partitions), not `ps` with its servers on the ranks; its WFBP rows
+  are the `wfbp` class with Horovod's fusion cycle as its parameters, not the `wfbp` class without it.
 - A ratio of step times (each with exponent +1 or -1, e.g. DDP / DeAR, or a ratio of two gains)
   is decided on the interval its terms' bands give in the worst case (`RatioBand.interval`).
 - A setting that a term's runtime model or fabric leaves uncovered is inconclusive with that reason,

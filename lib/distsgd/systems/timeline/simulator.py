@@ -1,13 +1,15 @@
 """`simulate`: the steady-state step time of an algorithm on a layer profile, p ranks and a network.
 
 The rank's streams (`streams.Rank`) run the algorithm's own class (`driver`: its hooks over the
-profile, its collectives charged on the network model) or, where it stands for another library's
-runtime, a stated model (`stated_model`: DDP's reducer, Horovod's fusion cycle, BytePS). From the
-first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
+profile, its collectives charged on the network model); another library's runtime is one of its
+parameters (Horovod's fusion cycle: `ssgd`'s cycle_ms; BytePS's placement: `ps`'s machine_size;
+PyTorch DDP's reducer: `ddp`, torch's own). From the first step of its steady state (`Algorithm.steady_state`: start, cycle) they run
 `warmup + measured` more iterations, both multiples of the cycle (its averaging period, 1 for S-SGD),
 `warmup` at least two cycles and two steps so that cross-iteration overlap (DeAR's all-gathers,
 ByteScheduler's partitions, CoCoD-SGD's average) has reached its steady state; the measured
 iterations and the cycle before them must issue the same collectives every cycle (`check_steady`).
+An algorithm whose collectives follow the clock instead of the steps (cycle 0: Horovod's fusion
+cycle, whose ticks fall anywhere in a step) is measured over two steps after two, unchecked.
 The steps before `start` (`transient`) are driven in full, or, when long and repeating themselves
 (SSD-SGD's S-SGD warm-up), by their first and last steps.
 With T_i the compute clock when iteration i starts:
@@ -26,8 +28,7 @@ trials (threshold_mb, seconds per step of its window) in the order tried, and
 `params["threshold_mb"]` its choice.
 
 Every prediction carries the runtime model that made it (`Prediction.model`, `runtime_model`): the
-schedule, what charges it (the kit's class driven, or a stated model of another library's runtime),
-its resolved parameters, the simulator's settings that change its times (scale effects, per-call
+schedule, the kit's class that charges it, its resolved parameters, the simulator's settings that change its times (scale effects, per-call
 overheads, hierarchical all-reduce) and the topology's family (ranks per node). The simulator's error
 measured on a real cluster is keyed on it (`timeline.error_band`): a band measured for one runtime
 model says nothing of another's.
@@ -49,7 +50,6 @@ from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
 from .effects import OFF, Effects
 from .costs import Overheads, for_profile
-from .stated import BytePS, DDP, HorovodWFBP, Simulated
 from .streams import COMPUTE, Interval, Rank
 from .topology import Topology
 
@@ -60,14 +60,12 @@ TRANSIENT_ENDS = 2             # steps driven at each end of a long transient th
 @dataclass(frozen=True)
 class RuntimeModel:
     """What a predicted step time comes from (module doc): the schedule `algo`; the `runtime` that
-    charges it, "class <Name>" (the kit's algorithm class, driven: `driver`) or "stated <Name>" (a
-    model of another library's runtime: `stated`), with the topology's choices that change its cost
-    formulas (BytePS's server placement, hierarchical all-reduce); its resolved parameters (`params`,
-    JSON with sorted keys; a stated model's own parameters, Horovod's fusion cycle, included); the
-    compute `contention` (`Effects`); the per-call `overheads` given to `simulate` ("the
-    profile's": none given, `costs.for_profile`); and the `topology` family (`Topology.family`:
-    the ranks per node). Two predictions share a measured error band only when they share all of
-    it (`timeline.error_band`)."""
+    charges it, "class <Name>" (the kit's algorithm class, driven: `driver`), with the topology's
+    choice that changes its cost formulas (hierarchical all-reduce); its resolved parameters (`params`,
+    JSON with sorted keys); the compute `contention` (`Effects`); the per-call `overheads` given to
+    `simulate` ("the profile's": none given, `costs.for_profile`); and the `topology` family
+    (`Topology.family`: the ranks per node). Two predictions share a measured error band only when
+    they share all of it (`timeline.error_band`)."""
 
     algo: str
     runtime: str
@@ -77,8 +75,8 @@ class RuntimeModel:
     topology: str
 
     def describe(self) -> str:
-        """One line, e.g. "ps by stated BytePS (servers nodes) {...}, contention 0.189, the profile's
-        overheads, 4 ranks per node"."""
+        """One line, e.g. "ps by class PS {...}, contention 0.189, the profile's overheads, 4 ranks
+        per node"."""
         return (f"{self.algo} by {self.runtime} {self.params}, contention {self.contention:g}, "
                 f"{self.overheads} overheads, {self.topology}")
 
@@ -91,18 +89,13 @@ PROFILE_OVERHEADS = "the profile's"        # `RuntimeModel.overheads` when simul
 def runtime_model(algo: str, params: dict[str, Any] | None, topology: Topology, effects: Effects | None = None,
                   overheads: Overheads | None = None) -> RuntimeModel:
     """The `RuntimeModel` `simulate` runs for `algo` with `params` (resolved here, as simulate
-    resolves them) on `topology` with `effects` and `overheads`: the stated model `stated_model`
-    picks, else the algorithm's own class. Known before anything is simulated."""
+    resolves them) on `topology` with `effects` and `overheads`: the algorithm's own class. Known
+    before anything is simulated."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     effects = effects or OFF
     resolved = dict(REGISTRY[algo].resolve_params(dict(params or {})))
-    model = stated_model(algo, topology, effects)
-    runtime = f"stated {model.__name__}" if model is not None else f"class {REGISTRY[algo].__name__}"
-    if model is HorovodWFBP:
-        resolved.update(fusion_cycle_s=effects.fusion_cycle_s, fusion_threshold_bytes=effects.fusion_threshold_bytes)
-    if model is BytePS:
-        runtime += f" (servers {topology.servers})"
+    runtime = f"class {REGISTRY[algo].__name__}"
     if topology.hierarchical:
         runtime += ", hierarchical all-reduce"
     return RuntimeModel(algo, runtime, json.dumps(resolved, sort_keys=True), float(effects.contention),
@@ -167,8 +160,7 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     `overheads` (`timeline.costs.Overheads`; default None: `costs.for_profile`, none on a
     CPU profile, the committed GPU host's costs on a GPU profile) charges per-collective issue costs
     and copy passes, by one rule for every schedule; on the compute stream they count in `compute_s`. `effects` (`timeline.effects.Effects`; default
-    None: off, the original model) adds Horovod's fusion cycle (wfbp) and compute contention
-    (the slowed compute counts in `compute_s`). DeAR with tune=true runs its own tuner (module
+    None: off, the original model) adds compute contention (the slowed compute counts in `compute_s`). DeAR with tune=true runs its own tuner (module
     doc). The prediction carries its `RuntimeModel` (`runtime_model`)."""
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
@@ -183,13 +175,14 @@ def simulate(profile: Profile, algo: str, nproc: int, net: NetModel | str | None
     model = runtime_model(algo, resolved, topo, effects, overheads)
     rank = Rank(topo, nproc, overheads if overheads is not None else for_profile(profile), effects or OFF)
     run, start, cycle = stepper(profile, algo, rank, resolved)
+    periodic, cycle = cycle > 0, cycle or 1
     warmup = start + cycle * max(2, -(-2 // cycle))
     measured = cycle * max(1, -(-2 // cycle))
     transient(run, start)
     run.steps(start, warmup - start)
     t0, busy0 = rank.t, rank.busy
     run.steps(warmup, measured)
-    if isinstance(run, Driven):
+    if periodic:
         check_steady(run, algo, resolved, warmup - cycle, measured + cycle, cycle)
     step_s = (rank.t - t0) / measured
     compute_s = (rank.busy - busy0) / measured
@@ -209,13 +202,9 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
     """Every collective the simulator charges for a run of `steps` steps of `algo` from a fresh
     start (its `finalize` included), one row each in issue order, with the columns of a run's
     comm.csv that do not depend on wall time (`driver.COLLECTIVE_COLUMNS`): its own class driven
-    (`driver.issued_collectives`). ddp: torch's reducer
-    issues them, which the simulator does not drive (ConfigError)."""
+    (`driver.issued_collectives`)."""
     if algo not in REGISTRY:
         raise ConfigError("algo", algo, sorted(REGISTRY))
-    if algo == DDP.algo:
-        raise ConfigError("algo", algo, sorted(set(REGISTRY) - {DDP.algo}),
-                          "ddp's collectives are torch's reducer's, a stated model in the simulator")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError("steps", steps, "an integer >= 1")
     cls = REGISTRY[algo]
@@ -223,32 +212,15 @@ def collectives(profile: Profile, algo: str, nproc: int, steps: int, net: NetMod
     return issued_collectives(profile, cls, cls.resolve_params(dict(params or {})), rank, steps)
 
 
-def stated_model(algo: str, topology: Topology, effects: Effects) -> type[Simulated] | None:
-    """The stated model that stands for `algo` in this setting, or None: the simulator drives the
-    algorithm's own class (`driver`). Models of other libraries' runtimes (`schedules`): ddp
-    (PyTorch DDP's reducer), wfbp under Horovod's fusion cycle, ps on a BytePS server placement."""
-    if algo == DDP.algo:
-        return DDP
-    if algo == HorovodWFBP.algo and effects.fusion_cycle_s:
-        return HorovodWFBP
-    if algo == BytePS.algo and topology.servers is not None:
-        return BytePS
-    return None
-
-
-def stepper(profile: Profile, algo: str, rank: Rank, params: dict[str, Any]) -> tuple[Driven | Simulated, int, int]:
+def stepper(profile: Profile, algo: str, rank: Rank, params: dict[str, Any]) -> tuple[Driven, int, int]:
     """What runs `algo` (resolved `params`) on `rank`'s streams, with (start, cycle) of its steady
-    state: the algorithm's own class (`driver.drive`, `Algorithm.steady_state`), or its stated model."""
-    model = stated_model(algo, rank.topology, rank.effects)
-    if model is not None:
-        run = model(profile, rank, params)
-        return run, 0, run.cycle
+    state: the algorithm's own class (`driver.drive`, `Algorithm.steady_state`)."""
     cls = REGISTRY[algo]
     start, cycle = cls.steady_state(params)
     return drive(profile, cls, params, rank), start, cycle
 
 
-def transient(run: Driven | Simulated, start: int) -> None:
+def transient(run: Driven, start: int) -> None:
     """Steps 0 .. start - 1, before the steady state (module doc), whose times `simulate` does not
     measure: in full up to 2 * `TRANSIENT_ENDS` steps; a longer one (SSD-SGD's `warmup` S-SGD steps,
     500 by default) by its first `TRANSIENT_ENDS` steps and, when those issued the same collectives
@@ -257,7 +229,7 @@ def transient(run: Driven | Simulated, start: int) -> None:
     that does not repeat is driven in full, and so is the transient of an algorithm that tunes itself
     in it (`tuner_of`: its later steps depend on the times it measured). `check_steady` checks the
     steady state that follows."""
-    if start <= 2 * TRANSIENT_ENDS or not isinstance(run, Driven) or tuner_of(run) is not None:
+    if start <= 2 * TRANSIENT_ENDS or tuner_of(run) is not None:
         run.steps(0, start)
         return
     run.steps(0, TRANSIENT_ENDS)
@@ -266,10 +238,10 @@ def transient(run: Driven | Simulated, start: int) -> None:
     run.steps(first, start - first)
 
 
-def tuner_of(run: Driven | Simulated) -> GridTuner | None:
+def tuner_of(run: Driven) -> GridTuner | None:
     """The tuner of a driven algorithm that tunes itself from timed windows (DeAR with tune=true:
     its `tuner`), else None."""
-    return getattr(run.algorithm, "tuner", None) if isinstance(run, Driven) else None
+    return getattr(run.algorithm, "tuner", None)
 
 
 def check_steady(run: Driven, algo: str, params: dict[str, Any], first: int, count: int, cycle: int) -> None:

@@ -30,15 +30,9 @@ behind it (small kernels, many collectives) sets the pace:
 
     task:        host0 = host;  host += host_share * s;  start = max(t, host0);  end = max(start + s, host)
     collective:  host += issue_s;  start = max(t, host, link free)
-
-A background pipeline (BytePS's per-partition stages, issued by its own threads, not by the
-compute stream) uses `place` instead: a task that becomes ready at r takes the earliest gap of
-its link at or after r that fits it (a partition reduced later may use the intra-node link while
-an earlier partition is still at the servers), without any cost on the compute stream.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 from .effects import OFF, Effects
@@ -71,7 +65,6 @@ class Rank:
         self.t = 0.0                                   # the compute stream's clock
         self.host = 0.0                                # a GPU host's clock: all issued by then (module doc)
         self.free: dict[str, float] = {}               # link -> time it becomes free
-        self.busy_on: dict[str, list[tuple[float, float]]] = {}   # link -> placed intervals, sorted (`place`)
         self.events: list[Interval] = []
         self.busy = 0.0                                # compute seconds so far
         self.step = 0                                  # tags the events
@@ -106,9 +99,12 @@ class Rank:
         return bounds[-1] + work
 
     def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
-              link: str = INTER, at: float | None = None, seconds: float | None = None) -> float:
+              link: str = INTER, at: float | None = None, seconds: float | None = None,
+              sharers: int | None = None, servers: int = 0) -> float:
         """Issue collective `kind` on `nbytes` over `size` ranks (default: all) on `link` at
-        the compute clock (or at `at`, which may be past: a background thread's tick), costing `Topology.cost` (or `seconds`);
+        the compute clock (or at `at`, which may be past: a background thread's tick), costing
+        `Topology.cost` (or `seconds`) with the NIC shared by `sharers` groups (default: consecutive
+        groups of `size`, `Topology.nic_sharers`), a push or pull to `servers` server machines;
         returns its ready time. The compute stream does not wait, but with `overheads` it first
         spends `issue_s` and one pass over `nbytes` (`costs` module)."""
         p = self.nproc if size is None else size
@@ -118,8 +114,9 @@ class Rank:
             self.compute(f"issue {kind} {name}".rstrip(),
                          self.overheads.issue_s + self.overheads.copy_s(nbytes))
         if seconds is None:
-            sharers = self.topology.nic_sharers(p, self.nproc) if link == INTER else 1
-            seconds = self.topology.cost(link, kind, nbytes, p, sharers)
+            if sharers is None:
+                sharers = self.topology.nic_sharers(p, self.nproc) if link == INTER else 1
+            seconds = self.topology.cost(link, kind, nbytes, p, sharers, servers)
         start = max(self.t if at is None else at, self.free.get(link, 0.0),
                     self.host if self.overheads.gpu and at is None else 0.0)
         ready = start + seconds
@@ -137,26 +134,6 @@ class Rank:
         if self.overheads.active:
             self.pending[ready] = self.pending.get(ready, 0.0) + out_bytes(kind, nbytes, p)
         return ready
-
-    def place(self, link: str, name: str, ready: float, seconds: float) -> float:
-        """A background task of `seconds` on `link`, ready at `ready`, in the earliest gap of the
-        link's placed tasks at or after `ready` that fits it (module doc); its end time."""
-        if seconds <= 0:
-            return ready
-        busy = [iv for iv in self.busy_on.get(link, []) if iv[1] > self.t]    # earlier ones no task can use
-        start = ready
-        for s, e in busy[max(0, bisect_right(busy, (ready, ready)) - 1):]:
-            if start + seconds <= s:
-                break
-            start = max(start, e)
-        end = start + seconds
-        busy.insert(bisect_right(busy, (start, end)), (start, end))
-        self.busy_on[link] = busy
-        self.free[link] = max(self.free.get(link, 0.0), end)
-        if self.effects.contention:
-            self.inflight.append((start, end, 1.0 + self.effects.contention))
-        self.events.append(Interval(link, name, start, end, self.step))
-        return end
 
     def wait(self, ready: float) -> None:
         """Block the compute stream until `ready` (a collective's ready time); with `overheads`,

@@ -14,7 +14,8 @@ it (`cases.SURVEY_METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/ho
 
 - BSP-A2A: Horovod, threshold 536870912: all gradients in one all-reduce after backward
   (`no_overlap`, bucket 512 MiB);
-- WFBP-A2A: threshold 0: one all-reduce per gradient as it is ready (`wfbp`);
+- WFBP-A2A: threshold 0: one all-reduce per gradient as it is ready, under the fusion cycle of the
+  Horovod the survey ran (`wfbp` with `cases.HOROVOD_CYCLE`: 5 ms, 64 MiB; Horovod < 0.21);
 - MG-WFBP: merged-gradient WFBP (`mgwfbp`, its merge planned on the profile and the network);
 - ByteScheduler-A2A: `BYTESCHEDULER_PARTITION=4000000`, `BYTESCHEDULER_CREDIT=16000000`, credit
   tuning off (`bytescheduler`, partition_mb = 4e6 / 2**20, credit_mb = 16e6 / 2**20);
@@ -22,22 +23,20 @@ it (`cases.SURVEY_METHODS`, HKBU-HPML/ddl-benchmarks `benchmarks.py`, `mgwfbp/ho
   WFBP-PS: threshold 0 (one push_pull per gradient), ByteScheduler-PS: threshold 0 and
   `BYTEPS_SERVER_ENABLE_SCHEDULE=1` (the order of the servers' summing, which the model does not
   distinguish: the same prediction as WFBP-PS); all with `BYTEPS_PARTITION_BYTES=4096000` and
-  nworkers / 4 separate server machines (`ps` with a BytePS placement, `Topology.servers` =
-  `PER_NODE`).
+  nworkers / 4 separate server machines (`ps` on BytePS's placement: machine_size 4, servers 0).
 
 Each row of the error table carries the runtime model that predicted it (`simulate.RuntimeModel`:
-the schedule, the kit's class or the stated model that charged it, its resolved parameters, the
+the schedule, the kit's class that charged it, its resolved parameters, the
 compute contention and the per-call overheads; columns `MODEL_COLUMNS`): the key of the error band
-that decides a projection (`error_band`). BSP-A2A, MG-WFBP and ByteScheduler-A2A are the kit's
-classes; WFBP-A2A is the stated Horovod model (`stated.HorovodWFBP`), the PS methods the stated
-BytePS model (`stated.BytePS`), not the kit's own `ps` class.
+that decides a projection (`error_band`). Every method is a kit's class: WFBP-A2A the `ssgd` class
+with Horovod's fusion cycle as its parameters, the PS methods the `ps` class with BytePS's placement
+as its parameters.
 
 On nodes of 4 GPUs: the intra-node link is PCIe (V100-PCIe), the inter-node link the fabric. The
 compute of a step is the model's committed V100 layer profile (`reproduce/layer_profiles/V100-fp32`)
 scaled to the survey's own single-GPU step (batch / its 1-GPU throughput). Effects
-(`SURVEY_EFFECTS`, the same for every row): Horovod's tensor fusion cycle for the per-gradient
-schedule at the defaults of the Horovod the survey ran (5 ms, 64 MiB; Horovod < 0.21), and the
-what-if CLI's compute contention (0.189, `effects.WHATIF`, arXiv 2507.03114); no per-call cost.
+(`SURVEY_EFFECTS`, the same for every row): the what-if CLI's compute contention (0.189,
+`effects.WHATIF`, arXiv 2507.03114); no per-call cost.
 
 Fitted (`fit`), and nothing else: per fabric the bandwidth of the inter-node link, and the
 bandwidth of PCIe, each by least squares on the relative error of the ResNet-50 BSP-A2A (no
@@ -62,13 +61,13 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ...comm.netmodel import NetModel, parse_net
-from ..cases import HOROVOD_FUSION_MB, SURVEY_METHODS
+from ..cases import SURVEY_GPUS_PER_MACHINE, SURVEY_METHODS
 from ..layer_profile import Profile
 from ...paths import repo_root
 from .effects import WHATIF, Effects
 from .simulator import Prediction, RuntimeModel, runtime_model, simulate
 from .sweep import find_profile
-from .topology import PER_NODE, Topology
+from .topology import Topology
 
 MiB = 2**20
 SOURCE = {"repo": "HKBU-HPML/ddl-benchmarks", "path": "results/2020-05-29/README.md",
@@ -82,11 +81,11 @@ MODELS = {"ResNet-50": "resnet50", "BERT-Base": "bert_base", "BERT-Large": "bert
 FABRICS = {"10GbE with TCP/IP": "10GbE", "100GbE with TCP/IP": "100GbE-TCP:100Gbit,20us",
            "100GbIB with RDMA": "IB-EDR"}
 INTRA_PRESET = "PCIe3"
-GPUS_PER_NODE = 4
+GPUS_PER_NODE = SURVEY_GPUS_PER_MACHINE
 FIT_METHOD = "BSP-A2A"
 FIT_MODEL = "ResNet-50"
 CHECK_NPROC = 32
-SURVEY_EFFECTS = Effects(fusion_cycle_s=5e-3, fusion_threshold_bytes=int(HOROVOD_FUSION_MB * MiB), contention=WHATIF.contention)
+SURVEY_EFFECTS = Effects(contention=WHATIF.contention)
 
 
 MODEL_COLUMNS = [f.name for f in fields(RuntimeModel)]      # the runtime model that predicted a row
@@ -129,17 +128,16 @@ def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Pro
     return out
 
 
-def topology(method: str, intra: NetModel, inter: NetModel) -> Topology:
-    """The survey's machines of 4 GPUs over `intra` inside and `inter` between, with BytePS's
-    separate server machines for a PS method."""
-    return Topology(GPUS_PER_NODE, intra, inter, servers=PER_NODE if SURVEY_METHODS[method].family == "PS" else None)
+def topology(intra: NetModel, inter: NetModel) -> Topology:
+    """The survey's machines of 4 GPUs over `intra` inside and `inter` between (every method)."""
+    return Topology(GPUS_PER_NODE, intra, inter)
 
 
 def predict(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> Prediction:
     """The simulator's prediction of a survey `method` on `p` GPUs in machines of 4 (module doc),
     with the runtime model that made it (`Prediction.model`)."""
     m = SURVEY_METHODS[method]
-    return simulate(profile, m.algo, p, params=m.params, topology=topology(method, intra, inter),
+    return simulate(profile, m.algo, p, params=m.params, topology=topology(intra, inter),
                     effects=SURVEY_EFFECTS)
 
 
@@ -148,7 +146,7 @@ def runtime(method: str) -> RuntimeModel:
     simulating: the key of its error band (`error_band`)."""
     net = parse_net(INTRA_PRESET)
     assert net is not None
-    return runtime_model(SURVEY_METHODS[method].algo, SURVEY_METHODS[method].params, topology(method, net, net), SURVEY_EFFECTS)
+    return runtime_model(SURVEY_METHODS[method].algo, SURVEY_METHODS[method].params, topology(net, net), SURVEY_EFFECTS)
 
 
 def predict_step(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> float:

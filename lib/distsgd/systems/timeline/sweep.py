@@ -91,11 +91,11 @@ def resolve_nets(nets: Networks) -> dict[str, NetModel]:
 
 
 def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dict[str, Any] | None = None,
-                gpus_per_node: int = 1, intra: str = "", hierarchical: bool = False,
-                servers: int | str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Topology]]:
+                gpus_per_node: int = 1, intra: str = "",
+                hierarchical: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, Topology]]:
     """Every argument of `sweep` checked (one ConfigError for the first bad one), before anything
-    runs: (the parameters of each algorithm, {net label: its topology}); `hierarchical` and
-    `servers` as `Topology`'s."""
+    runs: (the parameters of each algorithm, {net label: its topology}); `hierarchical` as
+    `Topology`'s."""
     for algo in algos:
         if algo not in ALGORITHMS:
             raise ConfigError("algos", algo, sorted(ALGORITHMS))
@@ -114,14 +114,14 @@ def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dic
     intra_net = parse_net(intra, "intra") if intra else None
     if gpus_per_node > 1 and intra_net is None:
         raise ConfigError("intra", intra, "a network spec (the intra-node link) when gpus_per_node > 1")
-    return per_algo, {label: Topology(gpus_per_node, intra_net or model, model, hierarchical, servers)
+    return per_algo, {label: Topology(gpus_per_node, intra_net or model, model, hierarchical)
                       for label, model in resolve_nets(nets).items()}
 
 
 def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: Networks,
           params: dict[str, Any] | None = None, gpus_per_node: int = 1, intra: str = "",
           profile_name: str = "", trace_dir: Path | None = None, hierarchical: bool = False,
-          servers: int | str | None = None, effects: Effects | None = None,
+          effects: Effects | None = None,
           overheads: Overheads | None = None) -> pd.DataFrame:
     """One row per (algo, nproc, net) (`COLUMNS`; throughput = samples/s over all ranks;
     runtime_model: the `simulate.RuntimeModel` that made the row's prediction); with
@@ -129,9 +129,9 @@ def sweep(profile: Profile, algos: list[str], nprocs: list[int], nets: Networks,
     (a name no algorithm has is an error); `nets` are --net specs or {label: NetModel}
     (`resolve_nets`; the `net` column is the label); `intra` (a --net spec) is the intra-node
     link of nodes of `gpus_per_node` ranks, the networks `nets` being the inter-node link;
-    `hierarchical` and `servers` as `Topology`'s, `effects` and `overheads` as `simulate`'s
+    `hierarchical` as `Topology`'s, `effects` and `overheads` as `simulate`'s
     (defaults: off). Everything is checked first (`check_sweep`)."""
-    per_algo, topologies = check_sweep(algos, nprocs, nets, params, gpus_per_node, intra, hierarchical, servers)
+    per_algo, topologies = check_sweep(algos, nprocs, nets, params, gpus_per_node, intra, hierarchical)
     rows = []
     for algo in algos:
         for net, topo in topologies.items():
