@@ -142,9 +142,11 @@ T = TypeVar("T")
 
 
 def stored(profile: Profile, inputs: tuple[Any, ...], simulate_them: Callable[[], T]) -> T:
-    """What `simulate_them` returns for `profile` and `inputs` (everything else it reads), made once
-    per code version (`provenance.code_version`): read back from `projections_dir()` where this
-    code made it before, else simulated and stored (module doc)."""
+    """What `simulate_them` returns for `profile` and `inputs` (the arguments it simulates), made
+    once per code version (`provenance.code_version`): read back from `projections_dir()` where this
+    code made it before, else simulated and stored (module doc). A committed file the simulator reads
+    (a host's costs) is not in the key: one that changes without the library's code needs the store
+    emptied."""
     key = repr((code_version(), profile, *inputs))
     path = projections_dir() / f"{profile.model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl"
     if path.is_file():
