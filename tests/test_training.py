@@ -118,8 +118,8 @@ def test_finished_run_is_reused_and_force_recomputes():
     env = json.loads((first.path / "env.json").read_text())
     assert env["torch"] == torch.__version__ and "git_commit" in env
     assert env["code_version"] == distsgd.training.provenance.code_version()
-    assert json.loads((first.path / "config.json").read_text())["params"] == {"bucket_mb": 25.0,
-                                                                              "overlap": True}
+    assert json.loads((first.path / "config.json").read_text())["params"] == {
+        "bucket_mb": 25.0, "overlap": True, "cycle_ms": 0.0, "cycle_mb": 128.0}
 
 
 @pytest.mark.multiproc
