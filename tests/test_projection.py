@@ -3,8 +3,13 @@ survey's cluster for the same runtime model (or is inconclusive, not covered, wh
 model exists); tables from the simulator."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
 import json
+import multiprocessing
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -177,6 +182,26 @@ def test_a_projection_is_stored_and_read_back_only_for_the_same_code_and_inputs(
     assert len(simulated) == 8 and len(list((tmp_path / "proj").glob("toy-*.pkl"))) == 4
     case = pj.simulate_case(prof, cases[1], 8, "10GbE")               # one case: its Prediction, stored
     assert pj.simulate_case(prof, cases[1], 8, "10GbE") == case and len(list((tmp_path / "proj").glob("*.pkl"))) == 5
+
+
+def _slow_made(made: str) -> str:
+    with open(made, "a") as f:
+        f.write("made\n")
+    time.sleep(1.0)
+    return "projected"
+
+
+def _stored_in_a_process(store: str, made: str) -> str:
+    os.environ[pj.PROJECTIONS_ENV] = store
+    return pj.stored(tiny_profile(), ("same inputs",), functools.partial(_slow_made, made))
+
+
+def test_two_processes_asking_for_one_projection_at_once_make_it_once(tmp_path):
+    made = tmp_path / "made.txt"
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        got = list(pool.map(_stored_in_a_process, [str(tmp_path / "proj")] * 2, [str(made)] * 2))
+    assert got == ["projected", "projected"]
+    assert made.read_text() == "made\n"                               # the second read the first's
 
 
 def test_trace_is_one_steady_iteration(tmp_path):

@@ -28,7 +28,9 @@ RESOLUTION`, 15%) decides no projected claim.
 
 A projection is stored once made (`project`, `simulate_case`: `stored`): the simulator is
 deterministic, so the same code (`provenance.code_version`) on the same inputs reads it back from
-`projections_dir()` instead of simulating again, as a finished run of the same code is reused.
+`projections_dir()` instead of simulating again, as a finished run of the same code is reused. Two
+processes that ask for the same projection at once (two notebooks, two test suites) make it once:
+the second waits on the first's lock and reads what it stored.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pandas as pd
+from filelock import FileLock
 
 from .claims import PROJECTED_PREFIX, Claims, Test, interval_or_nan, is_projected, median_interval
 from .setting import AT_SETTING, PaperSetting
@@ -149,10 +152,12 @@ def stored(profile: Profile, inputs: tuple[Any, ...], simulate_them: Callable[[]
     emptied."""
     key = repr((code_version(), profile, *inputs))
     path = projections_dir() / f"{profile.model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    out = simulate_them()
-    files.write_bytes_atomic(path, pickle.dumps(out))       # the kit's own store, read by no one else
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path.with_suffix(".lock")):                # one maker per key; the others wait and read
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        out = simulate_them()
+        files.write_bytes_atomic(path, pickle.dumps(out))   # the kit's own store, read by no one else
     return out
 
 
