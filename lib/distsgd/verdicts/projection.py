@@ -45,7 +45,7 @@ from .setting import AT_SETTING, PaperSetting
 from .. import files
 from ..paths import results_root
 from ..training.provenance import code_version
-from ..comm.netmodel import parse_net
+from ..comm.netmodel import NCCL, parse_net
 from ..systems.layer_profile import Profile
 from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model, simulate
 from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
@@ -91,8 +91,8 @@ BAND_STAT = ("deterministic projection, decided within the simulator's error mea
 
 def topology(net: str, gpus_per_node: int = 1, intra: str = "") -> Topology:
     """The topology of a projection on `net` (the inter-node link) with nodes of `gpus_per_node`
-    ranks over `intra` (as `project`'s sweep builds it)."""
-    return Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+    ranks over `intra`, NCCL's collectives (the GPU cluster of a paper; as `project`'s sweep builds it)."""
+    return Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net), backend=NCCL)
 
 
 def runtime(case: dict[str, Any], net: str, gpus_per_node: int = 1, intra: str = "") -> RuntimeModel:

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...comm.netmodel import NetModel, parse_net
+from ...comm.netmodel import NCCL, NetModel, parse_net
 from ...errors import ConfigError
 from ...paths import repo_root
 from ..layer_profile import Profile
@@ -331,10 +331,11 @@ def predict(table: PublicTable, profs: dict[tuple[str, str], Profile], row: Any,
             inter: NetModel) -> Prediction:
     """The simulator's prediction of `row` (a `split` row of `table`): its method's schedule on its
     model's scaled profile, `row.nproc` ranks in machines of `table.gpus_per_node` over `intra` inside
-    and `inter` between, with the runtime's effects."""
+    and `inter` between, NCCL's collectives (the models of every table's runtime have no root
+    collective: their all-reduces are priced alike on any backend), with the runtime's effects."""
     method = table.methods[row.method]
     return simulate(profs[(row.model, row.cluster)], method.algo, int(row.nproc), params=method.params,
-                    topology=Topology(table.gpus_per_node, intra, inter), effects=table.effects)
+                    topology=Topology(table.gpus_per_node, intra, inter, backend=NCCL), effects=table.effects)
 
 
 def fit(table: PublicTable, rows: pd.DataFrame, profs: dict[tuple[str, str], Profile]) -> dict[str, tuple[NetModel, NetModel]]:
