@@ -90,7 +90,7 @@ def test_a_band_measured_on_nodes_of_four_never_decides_a_flat_ring():
     GRACE's rows (one V100 per machine, Horovod's cycle, 10 Gb/s) cover it instead."""
     wfbp = survey.SURVEY_METHODS["WFBP-A2A"]
     net = parse_net("10GbE")
-    nodes_of_4, flat = (runtime_model(wfbp.algo, wfbp.params, Topology(g, net, net), survey.SURVEY_EFFECTS)
+    nodes_of_4, flat = (runtime_model(wfbp.algo, wfbp.params, Topology(g, net, net, backend="nccl"), survey.SURVEY_EFFECTS)
                         for g in (4, 1))
     assert nodes_of_4 == WFBP_A2A and flat.topology == "1 rank per node" != WFBP_A2A.topology
     assert flat == dataclasses.replace(WFBP_A2A, topology="1 rank per node")
@@ -129,7 +129,7 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
     claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT, form="up-to", source="paper: 1.2x"))
     claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
-    assert "wfbp by class SSGD_wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+    assert "wfbp by class SSGD_wfbp on NCCL over 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
 def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_naming_it():
@@ -146,7 +146,7 @@ def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_nam
     table = claims.table().set_index("id")
     assert list(table.verdict) == ["inconclusive", "inconclusive", "reproduced"]
     assert "measured fusion" in table.reason["proj_fusion"] and "(this: 10Gbit)" in table.reason["proj_fabric"]
-    assert "none covers it" in table.test["proj_fusion"] and "no_overlap by class SSGD_no_overlap on 10GbE: " in table.test["proj_covered"]
+    assert "none covers it" in table.test["proj_fusion"] and "no_overlap by class SSGD_no_overlap on NCCL over 10GbE: " in table.test["proj_covered"]
     with pytest.raises(ValueError, match="starts with 'proj_'"):             # counted apart from measured claims
         pj.register(Claims("t"), "fusion", "claim", "paper", "ratio", ">=", 1.0, "superiority", NULL,
                     [(WFBP_A2A, "10GbE")], [(WFBP_A2A, "10GbE")])

@@ -86,7 +86,7 @@ class ErrorBand:
 
     def describe(self) -> str:
         runtimes = "; ".join(f"{m.algo} by {m.runtime}" for m in self.models)
-        return (f"{runtimes} on {self.net}: {self.low:+.1%}..{self.high:+.1%} "
+        return (f"{runtimes} over {self.net}: {self.low:+.1%}..{self.high:+.1%} "
                 f"({self.rows} rows: {', '.join(self.methods)})")
 
 
