@@ -250,7 +250,8 @@ class ProfileLayer(nn.Module):
     def seen(self) -> bool:
         """True if a parameter was changed in place since the last call (an update applied)."""
         now = self._versions()
-        changed, self.versions = now != self.versions, now
+        changed = now != self.versions
+        self.versions[:] = now           # in place: no `nn.Module.__setattr__` on every forward
         return changed
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
