@@ -6,6 +6,7 @@ choices at their defaults) it is the original model, pinned as main's code compu
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -16,7 +17,7 @@ from distsgd.errors import ConfigError
 from distsgd.systems.layer_profile import Layer, Profile
 from distsgd.systems.timeline import ALGORITHMS, Effects, Overheads, Topology, simulate
 from distsgd.systems.timeline.effects import MESSAGE_OVERHEADS, OFF, WHATIF, whatif
-from distsgd.systems.timeline.streams import Rank
+from distsgd.systems.timeline.streams import Rank, Slowdowns
 
 from test_timeline import TOY
 
@@ -226,6 +227,39 @@ def test_contention_slows_compute_only_while_a_collective_is_in_flight() -> None
     off.issue("all_reduce", 10**6, "x")
     off.compute("short", ready / 3)
     assert off.t == pytest.approx(ready / 3)
+
+
+def finish_by_the_rule(intervals: list[tuple[float, float, float]], t: float, work: float) -> float:
+    """The rate rule of `streams` stated directly: between consecutive boundaries (t and every
+    interval end point after it) a task runs at 1 / the largest slow-down of the intervals covering
+    that stretch."""
+    bounds = sorted({t, *(x for s, e, _ in intervals for x in (s, e) if x > t and e > t)})
+    for a, b in zip(bounds, bounds[1:]):
+        slow = max((k for s, e, k in intervals if s <= a < e), default=1.0)
+        if work * slow <= b - a:
+            return a + work * slow
+        work -= (b - a) / slow
+    return bounds[-1] + work
+
+
+def test_the_slowdowns_sweep_is_the_rate_rule() -> None:
+    """`Slowdowns` (the sweep `Rank.compute` prices a task with) gives, to the bit, what the rule
+    gives on intervals added between the tasks: begun before the clock, overlapping, nested,
+    touching, empty, two kinds of slow-down."""
+    rng = random.Random(7)
+    sweep, intervals, t = Slowdowns(), [], 0.0
+    for _ in range(300):
+        for _ in range(rng.randrange(4)):
+            start = t + rng.choice([-0.5, 0.0, 0.25, 1.0, 2.0]) * rng.random()
+            end = start + rng.choice([0.0, rng.random(), 3 * rng.random()])
+            slow = rng.choice([1.189, 2.0])
+            sweep.add(start, end, slow)
+            intervals.append((start, end, slow))
+        work = rng.choice([0.01, 0.3, 2.0]) * rng.random()
+        end = finish_by_the_rule(intervals, t, work)
+        assert sweep.finish(t, work) == end
+        t = end + rng.choice([0.0, 0.1]) * rng.random()
+        intervals = [iv for iv in intervals if iv[1] > t]                   # ended ones count no more
 
 
 def test_contention_does_not_touch_a_schedule_without_overlap() -> None:

@@ -219,6 +219,14 @@ class _Backward(torch.autograd.Function):
 _DTYPES = {8: torch.float64, 4: torch.float32, 2: torch.float16, 1: torch.uint8}
 
 
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros of `shape`; on the meta device, which holds no values, made by `torch.empty` (without
+    the meta kernels' Python decomposition of `torch.zeros`)."""
+    if device.type == "meta":
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 class ProfileLayer(nn.Module):
     """One profile layer: parameters of its gradient tensors' sizes (meta), its times."""
 
@@ -230,10 +238,10 @@ class ProfileLayer(nn.Module):
         # order) are the profile's rows
         for name, numel, nbytes in reversed(list(zip(self.names, layer.tensor_numel, layer.tensor_bytes))):
             dtype = _DTYPES[max(1, nbytes // max(numel, 1))]
-            self.register_parameter(name, nn.Parameter(torch.zeros(numel, dtype=dtype, device=device)))
+            self.register_parameter(name, nn.Parameter(_zeros((numel,), dtype, device)))
         self.tensors = [getattr(self, name) for name in self.names]          # the profile's order
         # the gradients: one zero each, expanded (no storage of their size on the CPU)
-        self.zeros = [torch.zeros((), dtype=t.dtype, device=device).expand(t.shape) for t in self.tensors]
+        self.zeros = [_zeros((), t.dtype, device).expand(t.shape) for t in self.tensors]
         self.versions = self._versions()
 
     def _versions(self) -> list[int]:
@@ -242,7 +250,8 @@ class ProfileLayer(nn.Module):
     def seen(self) -> bool:
         """True if a parameter was changed in place since the last call (an update applied)."""
         now = self._versions()
-        changed, self.versions = now != self.versions, now
+        changed = now != self.versions
+        self.versions[:] = now           # in place: no `nn.Module.__setattr__` on every forward
         return changed
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:

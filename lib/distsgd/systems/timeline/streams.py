@@ -33,7 +33,9 @@ behind it (small kernels, many collectives) sets the pace:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+import math
+from typing import NamedTuple
 
 from .effects import OFF, Effects
 from .costs import NONE, Overheads, out_bytes
@@ -42,9 +44,10 @@ from .topology import INTER, Topology
 COMPUTE = "compute"
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A task on one stream ("compute", or a link "intra" / "inter") from `start` to `end` s."""
+class Interval(NamedTuple):
+    """A task on one stream ("compute", or a link "intra" / "inter") from `start` to `end` s (a
+    named tuple: a simulation makes one per task, and a tuple is made several times faster than a
+    frozen dataclass)."""
 
     stream: str
     name: str
@@ -53,13 +56,77 @@ class Interval:
     step: int
 
 
+class Slowdowns:
+    """The intervals (start, end, slow-down) during which the compute stream is slowed (module doc),
+    kept as a sweep that moves forward with the compute clock, so that pricing a task reads only
+    the boundaries it spans: the slow-downs covering `now` (intervals begun at or before it and not
+    ended) and, in time order, the boundaries after it. Between two consecutive boundaries b < b'
+    the rate of a task is 1 / the largest slow-down of the intervals covering [b, b')."""
+
+    def __init__(self) -> None:
+        self.now = -math.inf
+        self.covering: dict[float, int] = {}          # slow-down -> intervals covering `now`
+        self.starts: list[tuple[float, float]] = []   # heap: (start after now, slow-down it begins)
+        self.ends: list[tuple[float, float]] = []     # heap: (end after now, slow-down it ends)
+        self.empty: list[float] = []                  # heap: empty intervals after now (boundaries only)
+
+    def add(self, start: float, end: float, slow: float) -> None:
+        """An interval from `start` to `end` (>= start) slowing the compute stream by `slow`; its
+        boundaries after `now` count (an empty one's too), and it covers [start, end)."""
+        if end <= self.now:
+            return
+        if start >= end:
+            heapq.heappush(self.empty, end)
+            return
+        if start <= self.now:
+            self.covering[slow] = self.covering.get(slow, 0) + 1
+        else:
+            heapq.heappush(self.starts, (start, slow))
+        heapq.heappush(self.ends, (end, slow))
+
+    def advance(self, t: float) -> None:
+        """Move `now` to `t` (>= now): the intervals begun by then cover it, those ended by then not."""
+        while self.starts and self.starts[0][0] <= t:
+            _, slow = heapq.heappop(self.starts)
+            self.covering[slow] = self.covering.get(slow, 0) + 1
+        while self.empty and self.empty[0] <= t:
+            heapq.heappop(self.empty)
+        while self.ends and self.ends[0][0] <= t:
+            _, slow = heapq.heappop(self.ends)
+            self.covering[slow] -= 1
+        self.now = t
+
+    def next_boundary(self) -> float | None:
+        """The first boundary after `now`, or None when every interval has ended."""
+        heads = [h[0][0] for h in (self.starts, self.ends) if h] + self.empty[:1]
+        return min(heads) if heads else None
+
+    def slow(self) -> float:
+        """The largest slow-down covering `now` (1.0 when none)."""
+        return max((k for k, n in self.covering.items() if n), default=1.0)
+
+    def finish(self, t: float, work: float) -> float:
+        """When a task of `work` seconds begun at `t` (>= now) ends: boundary by boundary, at the
+        rate of the slow-downs covering each stretch."""
+        self.advance(t)
+        a, b = t, self.next_boundary()
+        while b is not None:
+            slow = self.slow()
+            if work * slow <= b - a:
+                return a + work * slow
+            work -= (b - a) / slow
+            self.advance(b)
+            a, b = b, self.next_boundary()
+        return a + work
+
+
 class Rank:
     """The compute stream and the links of one (every) rank."""
 
     def __init__(self, topology: Topology, nproc: int, overheads: Overheads = NONE,
                  effects: Effects = OFF) -> None:
         self.topology, self.nproc, self.overheads, self.effects = topology, nproc, overheads, effects
-        self.inflight: list[tuple[float, float, float]] = []  # (start, end, slow-down) slowing compute
+        self.slowdowns = Slowdowns()                   # the intervals slowing compute
         self.real_free = 0.0                           # when the backend's real transfers are done
         self.pending: dict[float, float] = {}          # ready time -> bytes passed over at its first wait
         self.t = 0.0                                   # the compute stream's clock
@@ -77,26 +144,12 @@ class Rank:
                 self.t = max(self.t, self.host)
                 self.host += self.overheads.host_share * seconds
                 host_end = self.host
-            end = self._finish(seconds) if self.inflight else self.t + seconds
+            end = self.slowdowns.finish(self.t, seconds)
             if host_end is not None:
                 end = max(end, host_end)
             self.events.append(Interval(COMPUTE, name, self.t, end, self.step))
             self.busy += end - self.t
             self.t = end
-
-    def _finish(self, work: float) -> float:
-        """When a task of `work` seconds started now ends, slowed while collectives are in flight
-        (module doc): between consecutive interval boundaries the rate is 1 / the largest
-        slow-down of the intervals covering that stretch."""
-        t = self.t
-        self.inflight = [iv for iv in self.inflight if iv[1] > t]
-        bounds = sorted({t, *(x for s, e, _ in self.inflight for x in (s, e) if x > t)})
-        for a, b in zip(bounds, bounds[1:]):
-            slow = max((k for s, e, k in self.inflight if s <= a < e), default=1.0)
-            if work * slow <= b - a:
-                return a + work * slow
-            work -= (b - a) / slow
-        return bounds[-1] + work
 
     def issue(self, kind: str, nbytes: int, name: str = "", size: int | None = None,
               link: str = INTER, at: float | None = None, seconds: float | None = None,
@@ -123,14 +176,14 @@ class Rank:
         if seconds > 0:
             self.free[link] = ready
             if self.effects.contention:
-                self.inflight.append((start, ready, 1.0 + self.effects.contention))
+                self.slowdowns.add(start, ready, 1.0 + self.effects.contention)
             label = " ".join(part for part in (kind, name, f"{nbytes} B") if part)
             self.events.append(Interval(link, label, start, ready, self.step))
         real = self.overheads.transfer_s(kind, nbytes, p)
         if real > 0:
             real_start = max(self.t, self.real_free)
             self.real_free = real_start + real
-            self.inflight.append((real_start, self.real_free, self.overheads.transfer_share))
+            self.slowdowns.add(real_start, self.real_free, self.overheads.transfer_share)
         if self.overheads.active:
             self.pending[ready] = self.pending.get(ready, 0.0) + out_bytes(kind, nbytes, p)
         return ready
