@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Rehearse the multi-node path on this machine: a real SLURM cluster of three nodes, notebooks
-across them, one requeued once mid-run (``make rehearse``; root, Linux; 15-30 minutes on a shared 2-core machine).
+across them, one requeued once mid-run (``make rehearse``; root, Linux; 15-45 minutes on a shared 2-core machine).
 
 1. ``reproduce/slurm/netns_cluster.sh up``: three nodes, each a network namespace with shaped links
    and its own slurmd (docs/clusters.md, "Rehearsed on one machine").
