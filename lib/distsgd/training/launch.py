@@ -40,7 +40,7 @@ and its cause), or as one srun step across the allocation's nodes (`start_step`,
 same command, rendezvous, per-rank logs and failure report as a run's step), each rank running
 ``python -m distsgd call CALL_DIR``. Only what a rank runs differs: the call's function and
 arguments, pickled into the call's directory, and each rank's return value pickled back beside
-them (`call_rank`); a deadline so that nothing hangs. `on_this_rank` is its `env` counterpart.
+them (`_call_on_rank`, `call_main`); a deadline so that nothing hangs. `on_this_rank` is its `env` counterpart.
 """
 from __future__ import annotations
 
