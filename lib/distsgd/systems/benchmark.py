@@ -269,6 +269,14 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
     pd.DataFrame([row]).to_csv(path, mode="a", header=write_header, index=False)
 
 
+def compute_models(models: list[str], net_reference: str | None) -> list[str]:
+    """The models whose compute a benchmark group measures first, in the same order on every rank:
+    `models`, then `net_reference` where it is another (a set's order would differ between ranks
+    started as separate processes, as an srun step starts them, so the ranks would time different
+    models at once and scale the networks to different computes)."""
+    return list(dict.fromkeys([*models, net_reference or models[0]]))
+
+
 def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tuple[int, ...]],
                  cases: list[dict], networks: dict[str, tuple[float, float] | None], batch_size: int,
                  steps: int, warmup: int, repeats: int, net_reference: str | None, out: Path,
@@ -290,7 +298,7 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
                          depth)
 
     compute = {m: statistics.median(timed(Case(m, "compute")).step_s for _ in range(2))
-               for m in {*models, net_reference or models[0]}}
+               for m in compute_models(models, net_reference)}
     nets: dict[tuple[str, str], str] = {}
     for model in models:
         ref = net_reference or model
