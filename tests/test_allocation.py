@@ -106,9 +106,11 @@ def test_srun_command_of_cpu_ranks_spreads_them_over_the_nodes(tmp_path):
 def test_srun_env_meets_on_the_first_node_never_on_loopback(monkeypatch):
     monkeypatch.setenv("RANK", "3")                              # a local rank's: not passed on
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")              # the user's choice: passed on
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     env = srun_env("gpu02", 29611, gpus=False)
     assert env["MASTER_ADDR"] == "gpu02" and env["MASTER_PORT"] == "29611" and "RANK" not in env
     assert env["GLOO_SOCKET_IFNAME"] == "ib0" and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONHASHSEED"] == "0"                          # one string order on every rank
     assert "DISTSGD_INIT_METHOD" not in env
 
 

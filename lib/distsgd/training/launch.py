@@ -230,11 +230,14 @@ def srun_command(name: str, nproc: int, run_dir: Path, allocation: Allocation, g
 def srun_env(master: str, port: int, gpus: bool) -> dict[str, str]:
     """The environment srun passes to every rank of a step: this process's, without a local
     rank's variables, with the step's rendezvous (MASTER_ADDR, MASTER_PORT), rank 0's progress
-    in a file, NCCL's asynchronous error handling, one intra-op thread per CPU rank."""
+    in a file, NCCL's asynchronous error handling, one intra-op thread per CPU rank, and one
+    string hash seed for all (PYTHONHASHSEED, this process's where set, else 0): ranks forked
+    locally share their parent's, so a set of strings iterates in one order on every rank."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", INIT_METHOD_ENV)}
     env.update({"MASTER_ADDR": master, "MASTER_PORT": str(port), PROGRESS_ENV: "file"})
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env.setdefault("PYTHONHASHSEED", "0")
     if not gpus:
         env["OMP_NUM_THREADS"] = "1"
     return env
