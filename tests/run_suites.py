@@ -39,18 +39,28 @@ NOTEBOOKS = sorted(str(p.relative_to(REPO)) for p in (REPO / "notebooks").glob("
 TIMED_NOTEBOOKS = tuple(n for n in NOTEBOOKS if Path(n).stem[:2] in ("00", "01", "06", "07", "08", "10"))
 OTHER_NOTEBOOKS = tuple(n for n in NOTEBOOKS if n not in TIMED_NOTEBOOKS)
 PARAMS, DRY_RUN = "tests/test_notebook_params.py", "tests/test_dry_run.py"
+DRY_RUN_A = f"{DRY_RUN}::test_full_profile_dry_run_executes[a]"    # half of the notebooks (test_dry_run.HALVES)
 NOTEBOOK_RUNS = (PARAMS, DRY_RUN)
 CLUSTER = ("tests/test_cluster_env.py", "tests/test_cluster_netns.py")
 SLURM = ("tests/test_cluster_slurm.py",)          # a real SLURM; its notebook job is a dry run
+# The library's tests in two halves of about equal minutes: those of the experiments, the timeline
+# simulator and the benchmarks, and the others
+LIBRARY_A = ("tests/test_experiments_*.py", "tests/test_timeline*.py", "tests/test_projection.py",
+             "tests/test_dropit_memory.py", "tests/test_add_an_algorithm.py", "tests/test_bench.py")
 NOT_TIMED = ("-m", "not timing and not validation")
 TIMED = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
                      if "pytest.mark.timing" in p.read_text()))   # the files to collect for -m timing
-SUITES = (    # within each group, longest first (CI of 2026-11-26): two at a time, the short ones fill in behind
-    Suite("dry-run", (DRY_RUN, *NOT_TIMED), "every notebook at the full profile's parameters, 2 steps a run"),
+SUITES = (    # longest first (CI of 2026-11-29): two at a time, each next one where a slot frees
     Suite("notebooks", ("--nbval-lax", *OTHER_NOTEBOOKS),
           "nbval: the notebooks decided on losses and accuracies"),
-    Suite("library", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM), *NOT_TIMED),
-          "unit and multi-process tests of lib/ and reproduce/"),
+    Suite("library-b", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM),
+                        *(f"--ignore-glob={p}" for p in LIBRARY_A), *NOT_TIMED),
+          "unit and multi-process tests of lib/ and reproduce/: all but the experiments' and the simulator's"),
+    Suite("library-a", (*sorted(str(f.relative_to(REPO)) for g in LIBRARY_A for f in REPO.glob(g)), *NOT_TIMED),
+          "unit and multi-process tests of the experiments, the timeline simulator and the benchmarks"),
+    Suite("dry-run-a", (DRY_RUN_A, *NOT_TIMED), "half of the notebooks at the full profile's parameters, 2 steps a run"),
+    Suite("dry-run-b", (DRY_RUN, f"--deselect={DRY_RUN_A}", *NOT_TIMED),
+          "the other half at the full profile's parameters; the full profile's listing"),
     Suite("notebook-params", (PARAMS, *NOT_TIMED), "every notebook at other world sizes and seeds (dry run)"),
     Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue"),
     Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),

@@ -48,6 +48,28 @@ def test_cost_formulas():
     assert (bytes_sent("push", n, p), bytes_sent("pull", n, p)) == (n, 0)
 
 
+def test_reduce_and_broadcast_are_priced_as_the_backend_runs_them():
+    """gloo's binomial trees (2 passes of n at p = 4) and NCCL's pipelined chain (one pass, p - 1 hops);
+    every other kind alike on both; `Comm` reads its group's backend, the simulator its topology's."""
+    from distsgd.comm.netmodel import GLOO, NCCL, backend_of
+    from distsgd.systems.timeline.topology import INTRA, Topology
+
+    m = NetModel(bandwidth_Bps=1e6, latency_s=1e-3)
+    n, p = 4_000_000, 4
+    for kind in ("reduce", "broadcast"):
+        assert m.cost(kind, n, p, backend=GLOO) == m.cost(kind, n, p) == pytest.approx(2 * (1e-3 + n / 1e6))
+        assert m.cost(kind, n, p, backend=NCCL) == pytest.approx(3 * 1e-3 + n / 1e6)
+        assert Topology(p, m, m, backend=NCCL).cost(INTRA, kind, n, p) == m.cost(kind, n, p, backend=NCCL)
+        assert Topology(p, m, m).cost(INTRA, kind, n, p) == m.cost(kind, n, p, backend=GLOO)
+    for kind in ("all_reduce", "reduce_scatter", "all_gather", "gather", "push", "pull"):
+        assert m.cost(kind, n, p, backend=NCCL) == m.cost(kind, n, p, backend=GLOO)
+    with pytest.raises(ConfigError, match="backend"):
+        m.cost("reduce", n, p, backend="mpi")
+    assert [backend_of(name, device) for name, device in [("gloo", "cpu"), ("nccl", "cuda"), ("cpu:gloo,cuda:nccl", "cuda"),
+                                                         ("cpu:gloo,cuda:nccl", "cpu"), ("mpi", "cuda")]] == \
+        [GLOO, NCCL, NCCL, GLOO, GLOO]
+
+
 # ---------------------------------------------------------------- real collectives over gloo
 def _collectives(rank, world, ring):
     from distsgd.comm import Comm

@@ -1,10 +1,16 @@
-"""distsgd.verdicts.projection: a projected ratio is decided within the simulator's error measured on the
-survey's cluster for the same runtime model (or is inconclusive, not covered, where no measurement of that
-model exists); tables from the simulator."""
+"""distsgd.verdicts.projection: a projected ratio is decided within the simulator's error measured on real
+clusters (the survey's table and the public tables) for the same runtime model on the same fabric (or is
+inconclusive, not covered, where no measurement of that model exists, with the nearest one named); tables
+from the simulator."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
 import json
+import multiprocessing
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -54,9 +60,9 @@ def test_every_row_carries_the_runtime_model_its_prediction_reports() -> None:
     prof = tiny_profile()
     net = parse_net("10GbE")
     assert all(survey.predict(prof, m, 8, net, net).model == survey.runtime(m) for m in ("WFBP-A2A", "BSP-PS"))
-    assert keyed["WFBP-PS"].runtime == "class PS" and keyed["WFBP-A2A"].runtime == "class SSGD_wfbp"
+    assert keyed["WFBP-PS"].runtime == "class PS on NCCL" and keyed["WFBP-A2A"].runtime == "class SSGD_wfbp on NCCL"
     assert json.loads(keyed["WFBP-PS"].params)["machine_size"] == 4          # BytePS's placement: a parameter
-    assert keyed["BSP-A2A"].runtime == "class SSGD_no_overlap" and keyed["WFBP-PS"] == keyed["ByteScheduler-PS"]
+    assert keyed["BSP-A2A"].runtime == "class SSGD_no_overlap on NCCL" and keyed["WFBP-PS"] == keyed["ByteScheduler-PS"]
 
 
 def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
@@ -66,7 +72,7 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     effects (contention), or the kit's `wfbp` class without Horovod's cycle for Horovod's WFBP rows."""
     byteps = survey.runtime("WFBP-PS")
     kit_ps = pj.runtime({"algo": "ps"}, "10GbE", 4, "PCIe3")
-    assert kit_ps.algo == byteps.algo == "ps" and kit_ps.runtime == byteps.runtime == "class PS"
+    assert kit_ps.algo == byteps.algo == "ps" and kit_ps.runtime == byteps.runtime == "class PS on NCCL"
     assert kit_ps.params != byteps.params
     assert eb.measured_error(byteps, "10GbE").methods == ("WFBP-PS", "ByteScheduler-PS")
     byteps_no_contention = runtime_model("ps", survey.SURVEY_METHODS["WFBP-PS"].params,
@@ -74,7 +80,7 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
     assert byteps_no_contention.params == byteps.params and byteps_no_contention.contention == 0
     for other in (kit_ps, byteps_no_contention, pj.runtime({"algo": "wfbp"}, "10GbE", 4, "PCIe3"),
                   pj.runtime({"algo": "no_overlap", "params": survey.SURVEY_METHODS["BSP-A2A"].params}, "10GbE", 4, "PCIe3")):
-        with pytest.raises(eb.Uncovered, match="no survey row was predicted by this runtime model"):
+        with pytest.raises(eb.Uncovered, match="the nearest measurement of .* is not this runtime model"):
             eb.measured_error(other, "10GbE")
     claims = Claims("t")
     assert pj.register(claims, "proj_ps", "claim", "paper", "PS / PS + partition", ">=", 1.0, "superiority", NULL,
@@ -85,16 +91,19 @@ def test_a_band_of_one_runtime_model_never_decides_another_models_projection():
 
 def test_a_band_measured_on_nodes_of_four_never_decides_a_flat_ring():
     """The topology's family (ranks per node) is part of the key: the survey's Horovod WFBP rows
-    (4 GPUs per machine) cover that runtime model in nodes of 4, never on one rank per node."""
+    (4 GPUs per machine) cover that runtime model in nodes of 4, never on one rank per node, where
+    GRACE's rows (one V100 per machine, Horovod's cycle, 10 Gb/s) cover it instead."""
     wfbp = survey.SURVEY_METHODS["WFBP-A2A"]
     net = parse_net("10GbE")
-    nodes_of_4, flat = (runtime_model(wfbp.algo, wfbp.params, Topology(g, net, net), survey.SURVEY_EFFECTS)
+    nodes_of_4, flat = (runtime_model(wfbp.algo, wfbp.params, Topology(g, net, net, backend="nccl"), survey.SURVEY_EFFECTS)
                         for g in (4, 1))
     assert nodes_of_4 == WFBP_A2A and flat.topology == "1 rank per node" != WFBP_A2A.topology
     assert flat == dataclasses.replace(WFBP_A2A, topology="1 rank per node")
     assert eb.measured_error(nodes_of_4, "10GbE").rows == 12
-    with pytest.raises(eb.Uncovered, match="topology 1 rank per node; the survey's wfbp rows: 4 ranks per node"):
-        eb.measured_error(flat, "10GbE")
+    assert eb.measured_error(nodes_of_4, "10GbE").tables == ("survey",)
+    assert eb.measured_error(flat, "10GbE").tables == ("grace",)
+    with pytest.raises(eb.Uncovered, match=r"the survey's benchmark .*its topology 4 ranks per node \(this: 1 rank per node\)"):
+        eb.measured_error(flat, "IB-EDR")
 
 
 def test_notebook_07s_ps_claims_are_not_decided_by_bytepss_band():
@@ -125,7 +134,7 @@ def test_a_ratio_is_decided_on_the_worst_case_of_its_terms_bands(ratio, verdict)
     claims.register("c", "claim", "paper", Test("ratio", ">=", 1.2, pj.BAND_STAT, form="up-to", source="paper: 1.2x"))
     claims.preregister(dry_run=True)
     assert pj.decide(claims, "c", ratio, "projection: toy", band) == verdict
-    assert "wfbp by class SSGD_wfbp on 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
+    assert "wfbp by class SSGD_wfbp on NCCL over 10GbE: -10.0%..+20.0%" in claims.table().set_index("id").measured["c"]
 
 
 def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_naming_it():
@@ -141,8 +150,8 @@ def test_an_unmeasured_runtime_model_or_fabric_is_inconclusive_by_a_precheck_nam
         pj.decide(claims, id, 100.0, "projection: toy", band)     # far beyond the threshold
     table = claims.table().set_index("id")
     assert list(table.verdict) == ["inconclusive", "inconclusive", "reproduced"]
-    assert "no fusion" in table.reason["proj_fusion"] and "'10Gbit'" in table.reason["proj_fabric"]
-    assert "none covers it" in table.test["proj_fusion"] and "no_overlap by class SSGD_no_overlap on 10GbE: " in table.test["proj_covered"]
+    assert "measured fusion" in table.reason["proj_fusion"] and "(this: 10Gbit)" in table.reason["proj_fabric"]
+    assert "none covers it" in table.test["proj_fusion"] and "no_overlap by class SSGD_no_overlap on NCCL over 10GbE: " in table.test["proj_covered"]
     with pytest.raises(ValueError, match="starts with 'proj_'"):             # counted apart from measured claims
         pj.register(Claims("t"), "fusion", "claim", "paper", "ratio", ">=", 1.0, "superiority", NULL,
                     [(WFBP_A2A, "10GbE")], [(WFBP_A2A, "10GbE")])
@@ -177,6 +186,26 @@ def test_a_projection_is_stored_and_read_back_only_for_the_same_code_and_inputs(
     assert len(simulated) == 8 and len(list((tmp_path / "proj").glob("toy-*.pkl"))) == 4
     case = pj.simulate_case(prof, cases[1], 8, "10GbE")               # one case: its Prediction, stored
     assert pj.simulate_case(prof, cases[1], 8, "10GbE") == case and len(list((tmp_path / "proj").glob("*.pkl"))) == 5
+
+
+def _slow_made(made: str) -> str:
+    with open(made, "a") as f:
+        f.write("made\n")
+    time.sleep(1.0)
+    return "projected"
+
+
+def _stored_in_a_process(store: str, made: str) -> str:
+    os.environ[pj.PROJECTIONS_ENV] = store
+    return pj.stored(tiny_profile(), ("same inputs",), functools.partial(_slow_made, made))
+
+
+def test_two_processes_asking_for_one_projection_at_once_make_it_once(tmp_path):
+    made = tmp_path / "made.txt"
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        got = list(pool.map(_stored_in_a_process, [str(tmp_path / "proj")] * 2, [str(made)] * 2))
+    assert got == ["projected", "projected"]
+    assert made.read_text() == "made\n"                               # the second read the first's
 
 
 def test_trace_is_one_steady_iteration(tmp_path):
@@ -215,7 +244,7 @@ def test_the_fastest_of_several_runtime_models_has_the_union_of_their_bands():
     parts = [eb.measured_error(m, "10GbE") for m in (BSP_A2A, WFBP_A2A)]
     assert exponent == 1 and fastest.low == min(p.low for p in parts) and fastest.high == max(p.high for p in parts)
     assert fastest.algo == "no_overlap/wfbp" and fastest.methods == ("BSP-A2A", "WFBP-A2A")
-    with pytest.raises(eb.Uncovered, match="no fusion"):
+    with pytest.raises(eb.Uncovered, match="no real-cluster table measured fusion"):
         eb.ratio_band([((WFBP_A2A, pj.runtime({"algo": "fusion"}, "10GbE")), "10GbE")], [])
 
 
@@ -226,10 +255,10 @@ def test_a_sweep_table_carries_the_measured_error_of_each_rows_runtime_model():
     out = eb.with_measured_error(table)
     band = eb.measured_error(WFBP_A2A, "10GbE")
     assert out.step_s_low[0] == pytest.approx(0.3 / (1 + band.high)) and out.step_s_high[0] == pytest.approx(0.3 / (1 + band.low))
-    assert out.measured_error[0].endswith("(12 survey rows)")
-    assert out.measured_error[1] == "not measured: the survey measured no dear"
-    assert out.measured_error[2].startswith("not measured: the survey measured no network") and out.step_s_low.isna()[2]
-    assert out.measured_error[3] == "not measured: no survey row was predicted by this runtime model"
+    assert out.measured_error[0].endswith("(12 rows: survey)")
+    assert out.measured_error[1] == "not measured: no table measured dear"
+    assert out.measured_error[2] == "not measured: nearest survey differs in fabric" and out.step_s_low.isna()[2]
+    assert out.measured_error[3] == "not measured: nearest grace differs in params, contention"
 
 
 def test_interval_is_ordered_for_negative_values():
@@ -271,9 +300,48 @@ def test_every_fabric_the_survey_measured_covers_its_projections():
             eb.measured_error(WFBP_A2A, "mine", network=parse_net("100Gbit,20us"))]
     assert all((b.low, b.high, b.rows, b.methods) == (tcp.low, tcp.high, tcp.rows, tcp.methods) for b in same)
     for other in ("100GbE-TCP:100Gbit,5us", "100GbE-TCP"):       # the numbers decide, not the name
-        with pytest.raises(eb.Uncovered, match="no network"):
+        with pytest.raises(eb.Uncovered, match="its fabric"):
             eb.measured_error(WFBP_A2A, other)
     table = pd.DataFrame({"runtime_model": [WFBP_A2A, WFBP_A2A], "net": ["mine", "yours"], "step_s": [0.3, 0.3]})
     out = eb.with_measured_error(table, {"mine": parse_net("100Gbit,20us"), "yours": parse_net("100Gbit,21us")})
-    assert out.measured_error[0].endswith("(12 survey rows)")
-    assert out.measured_error[1] == "not measured: the survey measured no network 'yours'"
+    assert out.measured_error[0].endswith("(12 rows: survey)")
+    assert out.measured_error[1] == "not measured: nearest survey differs in fabric"
+
+
+def test_the_public_tables_rows_join_the_bands_of_their_runtime_model_and_fabric():
+    """PyTorch's DDP benchmark measured `ddp` (25 MB buckets) in DGX-1 machines of 8 over InfiniBand: a
+    projection of that runtime model on IB-EDR is decided within the extremes of those committed rows (fitted
+    and held out); 06's DDP (machines of 4, no contention, 10GbE) is not covered, and the reason names the
+    DDP benchmark and each field in which it differs."""
+    from distsgd.systems.timeline import public_tables as pt
+    from distsgd.experiments import dear
+
+    table = pt.load_error()
+    rows = table[(table.table == "pytorch_ddp") & (table.method == "DDP 25 MB buckets") & table.split.isin(pt.PREDICTED)]
+    ddp = eb.measured_models(rows)[0]
+    assert ddp.algo == "ddp" and ddp.topology == "8 ranks per node" and len(set(eb.measured_models(rows))) == 1
+    band = eb.measured_error(ddp, "IB-EDR")
+    assert (band.low, band.high, band.rows) == (rows.error.min(), rows.error.max(), len(rows)) and len(rows) >= 19
+    assert band.tables == ("pytorch_ddp",) and "PyTorch's DDP benchmark" in eb.RatioBand(((band, 1),)).describe()
+    six = pj.runtime(next(c for c in dear.PROJ_CASES if c["label"] == "DDP"), "10GbE", dear.PROJ_GPUS, dear.PROJ_INTRA)
+    with pytest.raises(eb.Uncovered) as why:
+        eb.measured_error(six, "10GbE")
+    reason = str(why.value)
+    assert reason.startswith("the nearest measurement of ddp, PyTorch's DDP benchmark")
+    assert "its topology 8 ranks per node (this: 4 ranks per node)" in reason and "its fabric IB-EDR (this: 10GbE)" in reason
+    assert "its contention 0.189 (this: 0.0)" in reason
+
+
+def test_a_public_tables_fabric_is_its_stated_inter_node_network():
+    """Horovod's first table is `wfbp` under Horovod's cycle in machines of 4, as the survey's WFBP-A2A: on
+    the survey's fabrics the survey's rows decide it, on Horovod's stated 25 Gbit/s its rows (NCCL and
+    MPI, TCP and RDMA, over that network) do, compared by bandwidth and latency."""
+    from distsgd.systems.timeline import public_tables as pt
+
+    table = pt.load_error()
+    rows = table[(table.table == "horovod") & table.split.isin(pt.PREDICTED) & table.connection.str.startswith("RoCE")]
+    assert set(eb.measured_models(rows)) == {WFBP_A2A}
+    for spec in ("25GbE", "25Gbit,10us"):
+        band = eb.measured_error(WFBP_A2A, spec)
+        assert band.tables == ("horovod",) and (band.low, band.high, band.rows) == (rows.error.min(), rows.error.max(), len(rows))
+    assert eb.measured_error(WFBP_A2A, "10GbE").tables == ("survey",)

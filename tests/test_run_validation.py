@@ -63,7 +63,7 @@ def test_multi_host_run_gets_one_row(results: Path) -> None:
     r = table.iloc[0]
     assert (r.run, r.code_version, r.nodes, r.nproc, r.fabric, r.inside) == (run.name, "0123abcd4567", 2, 4, "10GbE", "10GbE")
     assert r.measured_s == pytest.approx(STEP_S) and r.compute_s == pytest.approx(STEP_S - WAIT_S)
-    assert r.topology == "2 ranks per node" and r.runtime == "class SSGD" and r.contention == 0
+    assert r.topology == "2 ranks per node" and r.runtime == "class SSGD on gloo" and r.contention == 0
     assert r.predicted_s > r.compute_s and r.error == pytest.approx(r.predicted_s / r.measured_s - 1)
     # the same run again, by the notebook runner's path or by hand: no second row
     assert [told for _, told in rv.record_runs([run], rv.Fabric("10GbE"))][0].startswith("kept")
@@ -122,13 +122,19 @@ def test_bad_fabric_names_the_field(results: Path) -> None:
 
 
 def test_band_of_the_same_runtime_model_from_a_users_row(results: Path) -> None:
-    """A projection of ssgd on 10GbE in nodes of 2 (the survey measured no ssgd) is covered by the
-    user's row of that runtime model on that fabric, and by no row of another fabric."""
-    fake_run(results, ["node1", "node2"])
+    """A projection of ssgd on 10GbE in nodes of 2 (no real-cluster table measured ssgd) is covered by the
+    user's row of that runtime model (a GPU run: NCCL's collectives) on that fabric, and by no row of
+    another fabric, nor by a CPU run's (gloo's collectives: another runtime)."""
+    cpu = fake_run(results / "cpu", ["node1", "node2"])
     model = projection.runtime({"algo": "ssgd"}, "10GbE", gpus_per_node=2)
-    with pytest.raises(error_band.Uncovered, match="the survey measured no ssgd"):
+    with pytest.raises(error_band.Uncovered, match="no real-cluster table measured ssgd"):
         error_band.measured_error(model, "10GbE")
-    rv.record_runs([results], rv.Fabric("10GbE"))
+    rv.record_runs([cpu], rv.Fabric("10GbE"))
+    with pytest.raises(error_band.Uncovered, match=r"runtime class SSGD on gloo \(this: class SSGD on NCCL\)"):
+        error_band.measured_error(model, "10GbE")
+    gpu = fake_run(results / "gpu", ["node1", "node2"], gpus=True)
+    rv.runs_csv().unlink()
+    rv.record_runs([gpu], rv.Fabric("10GbE"))
     row = rv.load_runs().iloc[0]
     band = error_band.measured_error(model, "10GbE")
     assert (band.low, band.high, band.rows, band.runs) == (pytest.approx(row.error), pytest.approx(row.error), 1, 1)

@@ -146,7 +146,7 @@ def test_the_measured_error_beside_a_prediction_is_that_of_its_runtime_model(tmp
     survey's settings (Horovod's 5 ms cycle as wfbp's parameters, contention 0.189) and no extra
     per-call cost, wfbp on 10GbE in nodes of 4 is the survey's WFBP-A2A model and gets its band; with
     the what-if defaults (no cycle, 8.4 us per message) it is another runtime model, which no survey
-    row measured."""
+    row measured (the nearest, the survey's, differs in its parameters and per-call costs)."""
     from distsgd.systems.cases import HOROVOD_CYCLE
     from distsgd.systems.timeline import survey
     from distsgd.systems.timeline.error_band import measured_error
@@ -157,6 +157,6 @@ def test_the_measured_error_beside_a_prediction_is_that_of_its_runtime_model(tmp
                           effects=survey.SURVEY_EFFECTS, overheads=None, **kw).table
     band = measured_error(survey.runtime("WFBP-A2A"), "10GbE")
     assert same.runtime_model[0] == survey.runtime("WFBP-A2A")
-    assert same.measured_error[0] == f"{band.low:+.0%}..{band.high:+.0%} (12 survey rows)"
+    assert same.measured_error[0] == f"{band.low:+.0%}..{band.high:+.0%} (12 rows: survey)"
     defaults = whatif.what_if("toy", 32, ["wfbp"], [8], ["10GbE"], **kw).table
-    assert defaults.measured_error[0] == "not measured: no survey row was predicted by this runtime model"
+    assert defaults.measured_error[0] == "not measured: nearest survey differs in params, overheads"

@@ -3,7 +3,10 @@
 Every collective goes through here so that it is counted in the `Ledger` and, when a network
 model is set, its completion is delayed to what that network would take:
 
-    ready_at = max(issue time, time the link becomes free) + NetModel.cost(kind, n, p)
+    ready_at = max(issue time, time the link becomes free) + NetModel.cost(kind, n, p, backend)
+
+with the formulas of the backend that runs the collective (`Comm.backend`: NCCL's for CUDA tensors on
+an NCCL group, gloo's otherwise; `netmodel.backend_of`).
 
 The real collective still runs and moves the real data; `Handle.wait()` returns no earlier than
 `ready_at`. Collectives of one rank queue on its link in issue order (one NIC), so two
@@ -33,7 +36,7 @@ import torch.distributed as dist
 
 from . import device_sync, teardown
 from .ledger import Entry, Ledger
-from .netmodel import NetModel, bytes_sent
+from .netmodel import GLOO, NetModel, backend_of, bytes_sent
 from .ring import FutureWork, RingReducer
 
 INIT_METHOD_ENV = "DISTSGD_INIT_METHOD"   # a local run's rendezvous (file://...), set by distsgd.training.launch
@@ -128,10 +131,13 @@ class Comm:
 
     def __init__(self, rank: int, world_size: int, device: torch.device,
                  net: NetModel | None = None, ring_reduce_scatter: bool = False,
-                 group: "dist.ProcessGroup | None" = None, owns_group: bool = False) -> None:
+                 group: "dist.ProcessGroup | None" = None, owns_group: bool = False,
+                 backend: str = GLOO) -> None:
         """`group`: the process group of all `world_size` ranks (None: the default group);
-        `owns_group`: `close()` destroys the default group (`from_env` joined it)."""
+        `owns_group`: `close()` destroys the default group (`from_env` joined it); `backend`: whose
+        collectives the network model prices (`netmodel.BACKENDS`)."""
         self.rank, self.world_size, self.device, self.net = rank, world_size, device, net
+        self.backend = backend
         self.world = Group(tuple(range(world_size)), group, "global")
         self._owns_group = owns_group
         self.ledger = Ledger()
@@ -163,7 +169,8 @@ class Comm:
         if ring_reduce_scatter is None:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             ring_reduce_scatter = backend == "gloo" and local < world
-        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, owns_group=True)
+        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, owns_group=True,
+                   backend=backend_of(backend, device.type))
 
     @classmethod
     def on_group(cls, device: torch.device, net: NetModel | None = None,
@@ -178,7 +185,8 @@ class Comm:
         if group is not None and dist.get_world_size(group) != world:
             raise ValueError(f"group: a process group of all {world} ranks, got one of "
                              f"{dist.get_world_size(group)}; the algorithms address ranks by global number")
-        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, group)
+        return cls(dist.get_rank(), world, device, net, ring_reduce_scatter, group,
+                   backend=backend_of(str(dist.get_backend(group)), device.type))
 
     def new_group(self, ranks: list[int] | tuple[int, ...]) -> Group:
         """A subgroup; every rank must call this with the same `ranks` (torch.distributed rule)."""
@@ -415,7 +423,7 @@ class Comm:
         if self.net is not None:                # on a GPU: the issue time is when the device gets here
             device_sync.synchronize(self.device)
         now = time.perf_counter() if at is None else at
-        modeled = self.net.cost(kind, nbytes, g.size, servers) if self.net else 0.0
+        modeled = self.net.cost(kind, nbytes, g.size, servers, self.backend) if self.net else 0.0
         with self._lock:
             start = max(now, self._link_free_at) if self.net else now
             ready = start + modeled

@@ -7,14 +7,24 @@ messages; Thakur, Rabenseifner & Gropp 2005):
     all_reduce      2(p-1)*alpha + 2(p-1)/p * n/B        sends 2(p-1)/p * n per rank
     reduce_scatter   (p-1)*alpha +  (p-1)/p * n/B        sends  (p-1)/p * n per rank (n = input)
     all_gather       (p-1)*alpha +  (p-1)/p * n/B        sends  (p-1)/p * n per rank (n = output)
-    broadcast     ceil(log2 p) * (alpha + n/B)           (binomial tree) sends (p-1)/p * n per rank
-                                                         on average: each non-root receives n once
-    reduce        ceil(log2 p) * (alpha + n/B)           (binomial tree, a broadcast reversed) sends
-                                                         (p-1)/p * n per rank on average: the p-1
-                                                         partial sums of n bytes travel once each
+    broadcast     gloo: ceil(log2 p) * (alpha + n/B)     (binomial tree) sends (p-1)/p * n per rank
+                  NCCL: (p-1)*alpha + n/B                (pipelined chain) on average: each non-root
+                                                         receives n once
+    reduce        gloo: ceil(log2 p) * (alpha + n/B)     (binomial tree, a broadcast reversed) sends
+                  NCCL: (p-1)*alpha + n/B                (pipelined chain) (p-1)/p * n per rank on
+                                                         average: the p-1 partial sums of n bytes
+                                                         travel once each
     gather        ceil(log2 p) * alpha + (p-1) * n/B     (n = one rank's message) the root receives
                                                          (p-1)*n whatever the tree; sends (p-1)/p * n
                                                          per rank on average: each non-root's n once
+
+The root collectives' price is a property of the backend that runs them (`BACKENDS`; `cost`'s
+`backend`): gloo's are binomial trees (the emulation on the CPU), NCCL runs reduce and broadcast only
+with its ring algorithm (nccl src/graph/tuning.cc, ncclTopoTuneModel: Broadcast and Reduce skip every
+algorithm but NCCL_ALGO_RING), a chain pipelined in chunks: each byte crosses each of the p-1 links
+once (nccl-tests' bus bandwidth of both is their algorithm bandwidth) after p-1 hops of latency.
+`Comm` passes its process group's backend, the simulator its topology's (`Topology.backend`), so the
+emulation and the simulator price a collective alike. Every other kind has one formula for both.
 
 For the root collectives (gather, reduce, broadcast) `bytes_sent` is the per-rank average, so a
 rank's ledger shows the same number on the root and on the others; the message a worker sends up
@@ -35,6 +45,7 @@ same alpha-beta costs above and used by `distsgd.systems.timeline.Topology`; nod
 the link inside a node, `inter` the NIC between nodes):
 
     hierarchical all_reduce   intra.reduce(n, g) + inter.all_reduce(n, nodes) + intra.broadcast(n, g)
+                              (the reduce and broadcast priced for the backend, as above)
                               (reduce to the node's leader, ring among the leaders, broadcast back:
                               Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE shape, as issue #23 states it)
 
@@ -79,6 +90,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "push", "pull")
+GLOO, NCCL = "gloo", "nccl"
+BACKENDS = {GLOO: "gloo", NCCL: "NCCL"}         # the backends whose collectives `cost` prices -> their names
 
 # Named networks (--net 10GbE, --intra NVLink): values and sources in the module doc's table.
 PRESETS = {
@@ -110,9 +123,11 @@ class NetModel:
     bandwidth_Bps: float
     latency_s: float
 
-    def cost(self, kind: str, nbytes: int, p: int, servers: int = 0) -> float:
-        """Modeled seconds for collective `kind` over `p` ranks on `nbytes` (see module doc);
-        `servers`: a push's or pull's separate server machines (0: p)."""
+    def cost(self, kind: str, nbytes: int, p: int, servers: int = 0, backend: str = GLOO) -> float:
+        """Modeled seconds for collective `kind` over `p` ranks on `nbytes` run by `backend` (one of
+        `BACKENDS`; see module doc); `servers`: a push's or pull's separate server machines (0: p)."""
+        if backend not in BACKENDS:
+            raise ConfigError("backend", backend, sorted(BACKENDS))
         if p <= 1:
             return 0.0
         a, inv_b = self.latency_s, 1.0 / self.bandwidth_Bps
@@ -121,6 +136,8 @@ class NetModel:
         if kind in ("reduce_scatter", "all_gather"):
             return (p - 1) * a + (p - 1) / p * nbytes * inv_b
         if kind in ("broadcast", "reduce"):
+            if backend == NCCL:
+                return (p - 1) * a + nbytes * inv_b
             return math.ceil(math.log2(p)) * (a + nbytes * inv_b)
         if kind == "gather":
             return math.ceil(math.log2(p)) * a + (p - 1) * nbytes * inv_b
@@ -130,12 +147,23 @@ class NetModel:
 
 
 def hierarchical_all_reduce(intra: NetModel, inter: NetModel, nbytes: int, gpus_per_node: int,
-                            nodes: int) -> float:
+                            nodes: int, backend: str = GLOO) -> float:
     """Seconds of an all-reduce of `nbytes` over `nodes` nodes of `gpus_per_node` ranks: reduce
     to each node's leader on `intra`, ring all-reduce among the leaders on `inter`, broadcast on
-    `intra` (module doc). One NIC transfer per node at a time: the NIC is not shared."""
-    return (intra.cost("reduce", nbytes, gpus_per_node) + inter.cost("all_reduce", nbytes, nodes)
-            + intra.cost("broadcast", nbytes, gpus_per_node))
+    `intra`, each as `backend` runs it (module doc). One NIC transfer per node at a time: the NIC
+    is not shared."""
+    return (intra.cost("reduce", nbytes, gpus_per_node, backend=backend)
+            + inter.cost("all_reduce", nbytes, nodes, backend=backend)
+            + intra.cost("broadcast", nbytes, gpus_per_node, backend=backend))
+
+
+def backend_of(name: str, device: str) -> str:
+    """The `BACKENDS` key whose collectives a process group of backend `name` (torch's
+    `dist.get_backend`: "gloo", "nccl", or per device "cpu:gloo,cuda:nccl") runs on tensors of
+    `device` ("cpu", "cuda"): NCCL for CUDA tensors on an NCCL backend, gloo otherwise (gloo, or a
+    backend whose root collectives the model does not distinguish: priced as gloo's)."""
+    per_device = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+    return NCCL if per_device.get(device, name) == NCCL and device == "cuda" else GLOO
 
 
 def bytes_sent(kind: str, nbytes: int, p: int) -> int:

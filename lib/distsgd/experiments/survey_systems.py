@@ -114,7 +114,7 @@ def register_claims(claims: Claims, small_model: str, large_model: str, setting:
     > 1 for `small_model` ("fusion helps most for all-reduce with many small tensors"), PS / PS +
     partition > 1 for `large_model`, and the ranking follows the intensity I = C/D (the smallest
     best-efficiency ratio of I-neighbours, higher-I / lower-I, > 1). Projected (`projection.register`,
-    each within the simulator's error measured on the survey's cluster for the same runtime models
+    each within the simulator's error measured on real clusters for the same runtime models
     on that fabric, `projection.runtime` of `PROJ_CASES`), the same three at 32 workers on each
     fabric; those a benchmark of `models` spanning `setting` measures (`covered`) are measured
     instead where it does (`AT_SETTING_STAT`; their precheck applies only where `allocation`,

@@ -23,7 +23,8 @@ than one host (`why_not` says why another run gets no row), `row` takes:
   tables' profiles are scaled to their own single-GPU step), on the run's device (cpu or cuda: the
   per-call costs `simulate` charges by default, `costs.for_profile`);
 - predicted_s: `timeline.simulate` of the run's algorithm with its resolved parameters on that
-  topology and nothing else (no effects, the profile's overheads): the runtime model a projection
+  topology, with the collectives of the backend the run used (`Topology.backend`: NCCL on GPUs, gloo
+  on CPUs), and nothing else (no effects, the profile's overheads): the runtime model a projection
   is made with (`verdicts.projection.runtime`), so that the rows of one runtime model and fabric
   give a projection's band. Nothing is fitted: the fabric is the network as named, as a projection
   names it.
@@ -52,9 +53,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
+import torch
 
 from ..algorithms.registry import REGISTRY
-from ..comm.netmodel import NET_FORMAT, NetModel, parse_net
+from ..comm.netmodel import NET_FORMAT, NetModel, backend_of, parse_net
 from ..errors import ConfigError
 from ..files import write_csv_atomic
 from ..paths import results_root
@@ -62,6 +64,7 @@ from ..training.allocation import wants_gpus
 from ..training.config import Config
 from ..training.provenance import code_version
 from ..training.results import Result, find_runs
+from ..training.worker import resolve_backend
 from .profiler import flop_profile
 from .timeline.simulator import runtime_model, simulate
 from .timeline.survey import MODEL_COLUMNS
@@ -168,8 +171,9 @@ def row(result: Result, fabric: Fabric) -> dict[str, Any]:
     device = "cuda" if _on_gpus(result) else "cpu"
     measured, compute = result.steady_step_time(), result.steady_step_time(waited=False)
     placeholder = NetModel(1.0, 0.0)
-    topology = (Topology(per_node, parse_net(fabric.link_inside), parse_net(fabric.between)) if fabric.between
-                else Topology(per_node, placeholder, placeholder))
+    backend = backend_of(resolve_backend(c, torch.device(device)), device)     # whose collectives it ran
+    topology = (Topology(per_node, parse_net(fabric.link_inside), parse_net(fabric.between), backend=backend)
+                if fabric.between else Topology(per_node, placeholder, placeholder, backend=backend))
     model = runtime_model(c.algo, c.params, topology)
     predicted = float("nan")
     if fabric.between:

@@ -4,16 +4,18 @@ GPU (`reproduce/layer_profiles/`, FLOP-scaled and calibrated as `distsgd.systems
 why a CPU profile cannot stand in: ../shared/papers/SCALE.md, summarised in docs/simulator.md).
 
 A projection is deterministic (committed profile, closed-form timeline), so its interval does not
-come from repeats. It comes from the simulator's error *measured on a real cluster*: the survey's
-benchmark predicted row by row (`timeline.survey`, the committed `reproduce/validation/
-survey_error.csv`, docs/simulator_error.md), as bands keyed on the runtime model that made each
-prediction. The rule, fixed before any projection is made (`timeline.error_band`'s module docstring
-states it): a step time's band is the extremes of the survey's errors for *the same runtime model*
-(schedule, the kit's class that charges it, resolved parameters, contention,
-overheads: `runtime`, known before anything is simulated) on the same fabric; a ratio is decided on
-the worst case of its terms' bands. A term whose runtime model or fabric the survey did not measure
-leaves the claim inconclusive, "not covered", with that reason, known before the projection
-(`register`: a precheck). The band is named in the row's test.
+come from repeats. It comes from the simulator's error *measured on real clusters*: the survey's
+benchmark and the public tables (PyTorch's DDP benchmark, Horovod's first table, GRACE's
+throughputs) predicted row by row (`timeline.survey`, `timeline.public_tables`, the committed
+`reproduce/validation/survey_error.csv` and `public_error.csv`, docs/simulator_error.md), and the
+user's own runs, as bands keyed on the runtime model that made each prediction. The rule, fixed
+before any projection is made (`timeline.error_band`'s module docstring states it): a step time's
+band is the extremes of the errors of every real row of *the same runtime model* (schedule, the
+kit's class that charges it and its backend, resolved parameters, contention, overheads, ranks per
+node: `runtime`, known before anything is simulated) on the same fabric; a ratio is decided on the
+worst case of its terms' bands. A term whose runtime model or fabric no table measured leaves the
+claim inconclusive, "not covered", with that reason (the nearest measurement and how it differs),
+known before the projection (`register`: a precheck). The band is named in the row's test.
 
 A projected claim's threshold is the paper's (its number quoted in the test's source) or its null
 (no difference); its interval's width is the band's, so it needs no pilot.
@@ -28,7 +30,9 @@ RESOLUTION`, 15%) decides no projected claim.
 
 A projection is stored once made (`project`, `simulate_case`: `stored`): the simulator is
 deterministic, so the same code (`provenance.code_version`) on the same inputs reads it back from
-`projections_dir()` instead of simulating again, as a finished run of the same code is reused.
+`projections_dir()` instead of simulating again, as a finished run of the same code is reused. Two
+processes that ask for the same projection at once (two notebooks, two test suites) make it once:
+the second waits on the first's lock and reads what it stored.
 """
 from __future__ import annotations
 
@@ -39,13 +43,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import pandas as pd
+from filelock import FileLock
 
 from .claims import PROJECTED_PREFIX, Claims, Test, interval_or_nan, is_projected, median_interval
 from .setting import AT_SETTING, PaperSetting
 from .. import files
 from ..paths import results_root
 from ..training.provenance import code_version
-from ..comm.netmodel import parse_net
+from ..comm.netmodel import NCCL, parse_net
 from ..systems.layer_profile import Profile
 from ..systems.timeline.simulator import Prediction, RuntimeModel, runtime_model, simulate
 from ..systems.timeline.error_band import RatioBand, Term, Uncovered, ratio_band
@@ -85,14 +90,14 @@ def register(claims: Claims, id: str, claim: str, paper: str, quantity: str, sid
 NOT_COVERED = "not covered: no real-cluster measurement of this runtime model: "
 
 
-BAND_STAT = ("deterministic projection, decided within the simulator's error measured on the survey's cluster "
-             "for the same runtime model")
+BAND_STAT = ("deterministic projection, decided within the simulator's error measured on real clusters (the "
+             "survey's and the public tables') for the same runtime model on the same fabric")
 
 
 def topology(net: str, gpus_per_node: int = 1, intra: str = "") -> Topology:
     """The topology of a projection on `net` (the inter-node link) with nodes of `gpus_per_node`
-    ranks over `intra` (as `project`'s sweep builds it)."""
-    return Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net))
+    ranks over `intra`, NCCL's collectives (the GPU cluster of a paper; as `project`'s sweep builds it)."""
+    return Topology(gpus_per_node, parse_net(intra) if intra else parse_net(net), parse_net(net), backend=NCCL)
 
 
 def runtime(case: dict[str, Any], net: str, gpus_per_node: int = 1, intra: str = "") -> RuntimeModel:
@@ -149,10 +154,12 @@ def stored(profile: Profile, inputs: tuple[Any, ...], simulate_them: Callable[[]
     emptied."""
     key = repr((code_version(), profile, *inputs))
     path = projections_dir() / f"{profile.model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl"
-    if path.is_file():
-        return pickle.loads(path.read_bytes())
-    out = simulate_them()
-    files.write_bytes_atomic(path, pickle.dumps(out))       # the kit's own store, read by no one else
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path.with_suffix(".lock")):                # one maker per key; the others wait and read
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        out = simulate_them()
+        files.write_bytes_atomic(path, pickle.dumps(out))   # the kit's own store, read by no one else
     return out
 
 

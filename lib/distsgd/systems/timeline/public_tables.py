@@ -59,7 +59,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...comm.netmodel import NetModel, parse_net
+from ...comm.netmodel import NCCL, NetModel, parse_net
 from ...errors import ConfigError
 from ...paths import repo_root
 from ..layer_profile import Profile
@@ -94,12 +94,13 @@ class Connection:
 
 @dataclass(frozen=True)
 class PublicTable:
-    """One public table: where it comes from (`source`: repo, path, commit), its stated setting in
-    words, its CSV and how its rows map to the simulator (`reader` to the `COMMON` columns, models
-    to committed profiles, methods to the kit's schedules, connections to presets, the runtime's
-    `effects`), its single-GPU `compute_method` and its fit anchor (module doc)."""
+    """One public table (`title`, a few words naming it): where it comes from (`source`: repo, path,
+    commit), its stated setting in words, its CSV and how its rows map to the simulator (`reader` to
+    the `COMMON` columns, models to committed profiles, methods to the kit's schedules, connections to
+    presets, the runtime's `effects`), its single-GPU `compute_method` and its fit anchor (module doc)."""
 
     name: str
+    title: str                                   # how a band's reason names it (`error_band`)
     source: dict[str, str]
     setting: str
     measured_csv: Path
@@ -140,7 +141,7 @@ def _read_ddp(df: pd.DataFrame) -> pd.DataFrame:
 
 
 DDP_TABLE = PublicTable(
-    name="pytorch_ddp", source=DDP_SOURCE,
+    name="pytorch_ddp", title="PyTorch's DDP benchmark", source=DDP_SOURCE,
     setting=("PyTorch's DDP benchmark: sec/iter (p50/p75/p90/p95) of ResNet-50/101, ResNeXt-50 32x4d and "
              "ResNeXt-101 32x8d (torchvision, batch 32) on 1, 2, 4, 8 V100s in one DGX-1 (NVLink) and 16 in two "
              "(4 x 100 Gb/s InfiniBand per machine), PyTorch 1.4.0a0+05140f0, CUDA 10.0, NCCL; the example output "
@@ -182,7 +183,7 @@ def _read_horovod(df: pd.DataFrame) -> pd.DataFrame:
 
 
 HOROVOD_TABLE = PublicTable(
-    name="horovod", source=HOROVOD_SOURCE,
+    name="horovod", title="Horovod's first README table", source=HOROVOD_SOURCE,
     setting=("Horovod's first benchmark table (README.md from d54e3a88, 2017-09-05, until #44): images/s of "
              "Inception V3, ResNet-101 and VGG-16 (tf_cnn_benchmarks, synthetic data, batch 64 per GPU) on 16 "
              "Pascal GPUs (4 servers x 4, RoCE-capable 25 Gbit/s) and on 64 (16 servers x 4, plain 40 Gbit/s), "
@@ -217,7 +218,7 @@ def _read_grace(df: pd.DataFrame) -> pd.DataFrame:
 
 
 GRACE_TABLE = PublicTable(
-    name="grace", source=GRACE_SOURCE,
+    name="grace", title="GRACE's released throughputs", source=GRACE_SOURCE,
     setting=("GRACE's released throughputs: ResNet-50 on ImageNet (tf_cnn_benchmarks, Horovod 0.18.2, momentum "
              "SGD) on 1, 2, 4, 8 V100 workers of one GPU per machine at 1, 10 and 25 Gb/s, Horovod's all-reduce "
              "through MPI or NCCL, without and with 16 compression methods; batch 64 per worker "
@@ -331,10 +332,11 @@ def predict(table: PublicTable, profs: dict[tuple[str, str], Profile], row: Any,
             inter: NetModel) -> Prediction:
     """The simulator's prediction of `row` (a `split` row of `table`): its method's schedule on its
     model's scaled profile, `row.nproc` ranks in machines of `table.gpus_per_node` over `intra` inside
-    and `inter` between, with the runtime's effects."""
+    and `inter` between, NCCL's collectives (the models of every table's runtime have no root
+    collective: their all-reduces are priced alike on any backend), with the runtime's effects."""
     method = table.methods[row.method]
     return simulate(profs[(row.model, row.cluster)], method.algo, int(row.nproc), params=method.params,
-                    topology=Topology(table.gpus_per_node, intra, inter), effects=table.effects)
+                    topology=Topology(table.gpus_per_node, intra, inter, backend=NCCL), effects=table.effects)
 
 
 def fit(table: PublicTable, rows: pd.DataFrame, profs: dict[tuple[str, str], Profile]) -> dict[str, tuple[NetModel, NetModel]]:

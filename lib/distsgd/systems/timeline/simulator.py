@@ -44,7 +44,7 @@ import pandas as pd
 
 from ...algorithms.registry import REGISTRY
 from ...algorithms.tuner import GridTuner
-from ...comm.netmodel import NET_FORMAT, NetModel, parse_net
+from ...comm.netmodel import BACKENDS, NET_FORMAT, NetModel, parse_net
 from ...errors import ConfigError
 from ..layer_profile import Profile
 from .driver import Driven, drive, issued_collectives
@@ -60,8 +60,9 @@ TRANSIENT_ENDS = 2             # steps driven at each end of a long transient th
 @dataclass(frozen=True)
 class RuntimeModel:
     """What a predicted step time comes from (module doc): the schedule `algo`; the `runtime` that
-    charges it, "class <Name>" (the kit's algorithm class, driven: `driver`), with the topology's
-    choice that changes its cost formulas (hierarchical all-reduce); its resolved parameters (`params`,
+    charges it, "class <Name> on <backend>" (the kit's algorithm class, driven: `driver`; the backend
+    whose collectives are priced, `Topology.backend`), with the topology's choice that changes its cost
+    formulas (hierarchical all-reduce); its resolved parameters (`params`,
     JSON with sorted keys); the compute `contention` (`Effects`); the per-call `overheads` given to
     `simulate` ("the profile's": none given, `costs.for_profile`); and the `topology` family
     (`Topology.family`: the ranks per node). Two predictions share a measured error band only when
@@ -75,8 +76,8 @@ class RuntimeModel:
     topology: str
 
     def describe(self) -> str:
-        """One line, e.g. "ps by class PS {...}, contention 0.189, the profile's overheads, 4 ranks
-        per node"."""
+        """One line, e.g. "ps by class PS on NCCL {...}, contention 0.189, the profile's overheads, 4
+        ranks per node"."""
         return (f"{self.algo} by {self.runtime} {self.params}, contention {self.contention:g}, "
                 f"{self.overheads} overheads, {self.topology}")
 
@@ -95,7 +96,7 @@ def runtime_model(algo: str, params: dict[str, Any] | None, topology: Topology, 
         raise ConfigError("algo", algo, sorted(ALGORITHMS))
     effects = effects or OFF
     resolved = dict(REGISTRY[algo].resolve_params(dict(params or {})))
-    runtime = f"class {REGISTRY[algo].__name__}"
+    runtime = f"class {REGISTRY[algo].__name__} on {BACKENDS[topology.backend]}"
     if topology.hierarchical:
         runtime += ", hierarchical all-reduce"
     return RuntimeModel(algo, runtime, json.dumps(resolved, sort_keys=True), float(effects.contention),

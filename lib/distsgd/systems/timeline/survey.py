@@ -60,7 +60,7 @@ from typing import Any
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ...comm.netmodel import NetModel, parse_net
+from ...comm.netmodel import NCCL, NetModel, parse_net
 from ..cases import SURVEY_GPUS_PER_MACHINE, SURVEY_METHODS
 from ..layer_profile import Profile
 from ...paths import repo_root
@@ -129,8 +129,9 @@ def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Pro
 
 
 def topology(intra: NetModel, inter: NetModel) -> Topology:
-    """The survey's machines of 4 GPUs over `intra` inside and `inter` between (every method)."""
-    return Topology(GPUS_PER_NODE, intra, inter)
+    """The survey's machines of 4 GPUs over `intra` inside and `inter` between (every method), NCCL's
+    collectives (Horovod's all-reduce and BytePS's machine-local reduce and broadcast run on NCCL)."""
+    return Topology(GPUS_PER_NODE, intra, inter, backend=NCCL)
 
 
 def predict(profile: Profile, method: str, p: int, intra: NetModel, inter: NetModel) -> Prediction:

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from ...algorithms.registry import REGISTRY
-from ...comm.netmodel import PRESETS, NetModel, named_net, parse_net
+from ...comm.netmodel import NCCL, PRESETS, NetModel, named_net, parse_net
 from ...errors import ConfigError
 from ..layer_profile import Profile
 from ...paths import repo_root
@@ -94,8 +94,8 @@ def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dic
                 gpus_per_node: int = 1, intra: str = "",
                 hierarchical: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, Topology]]:
     """Every argument of `sweep` checked (one ConfigError for the first bad one), before anything
-    runs: (the parameters of each algorithm, {net label: its topology}); `hierarchical` as
-    `Topology`'s."""
+    runs: (the parameters of each algorithm, {net label: its topology: a GPU cluster's, NCCL's
+    collectives}); `hierarchical` as `Topology`'s."""
     for algo in algos:
         if algo not in ALGORITHMS:
             raise ConfigError("algos", algo, sorted(ALGORITHMS))
@@ -114,7 +114,7 @@ def check_sweep(algos: list[str], nprocs: list[int], nets: Networks, params: dic
     intra_net = parse_net(intra, "intra") if intra else None
     if gpus_per_node > 1 and intra_net is None:
         raise ConfigError("intra", intra, "a network spec (the intra-node link) when gpus_per_node > 1")
-    return per_algo, {label: Topology(gpus_per_node, intra_net or model, model, hierarchical)
+    return per_algo, {label: Topology(gpus_per_node, intra_net or model, model, hierarchical, NCCL)
                       for label, model in resolve_nets(nets).items()}
 
 

@@ -29,12 +29,18 @@ leaders, intra-node broadcast). It applies to every schedule that all-reduces (s
 no_overlap, wfbp, mgwfbp, ddp, bytescheduler, the local-update algorithms, KAVG's spanning groups);
 reduce-scatter / all-gather schedules (ps, dear) stay flat rings, as NCCL runs them. Inside one node
 it changes nothing (the intra-node ring).
+
+The runtime whose collectives are priced, `backend` (`netmodel.BACKENDS`): the root collectives'
+formulas are the backend's (`NetModel.cost`: gloo's binomial trees, NCCL's pipelined chain), as
+`Comm` prices them on that backend. Default gloo, the emulation's on this machine's CPU; the
+predictions of GPU clusters (the survey's and the public tables' rows, projections, what-ifs) and a
+user's run on GPUs use NCCL.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...comm.netmodel import NetModel, hierarchical_all_reduce
+from ...comm.netmodel import BACKENDS, GLOO, NetModel, hierarchical_all_reduce
 from ...errors import ConfigError
 
 INTRA, INTER = "intra", "inter"      # the links' names (threads of the timeline)
@@ -43,23 +49,26 @@ INTRA, INTER = "intra", "inter"      # the links' names (threads of the timeline
 @dataclass(frozen=True)
 class Topology:
     """Nodes of `gpus_per_node` ranks; `intra` inside a node, `inter` between nodes;
-    `hierarchical` all-reduces (module doc)."""
+    `hierarchical` all-reduces; the collectives of `backend` (module doc)."""
 
     gpus_per_node: int
     intra: NetModel
     inter: NetModel
     hierarchical: bool = False
+    backend: str = GLOO
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise ConfigError("gpus_per_node", self.gpus_per_node, "an integer >= 1")
         if not isinstance(self.hierarchical, bool):
             raise ConfigError("hierarchical", self.hierarchical, "True or False")
+        if self.backend not in BACKENDS:
+            raise ConfigError("backend", self.backend, sorted(BACKENDS))
 
     @classmethod
-    def flat(cls, net: NetModel) -> Topology:
-        """One network between all ranks (every rank its own node)."""
-        return cls(1, net, net)
+    def flat(cls, net: NetModel, backend: str = GLOO) -> Topology:
+        """One network between all ranks (every rank its own node), `backend`'s collectives."""
+        return cls(1, net, net, backend=backend)
 
     def family(self) -> str:
         """The topology's family, as an error band keys it (`simulator.RuntimeModel.topology`): the
@@ -105,9 +114,10 @@ class Topology:
     def cost(self, link: str, kind: str, nbytes: int, p: int, sharers: int = 1, servers: int = 0) -> float:
         """Seconds of collective `kind` on `nbytes` over a group of `p` ranks on `link`, the NIC
         shared by `sharers` concurrent groups (an all-reduce spanning nodes is the hierarchical
-        one when `hierarchical`), a push or pull to `servers` server machines (`NetModel.cost`)."""
+        one when `hierarchical`), a push or pull to `servers` server machines, as `backend` runs it
+        (`NetModel.cost`)."""
         g = self.gpus_per_node
         inter = self.inter if sharers == 1 else NetModel(self.inter.bandwidth_Bps / sharers, self.inter.latency_s)
         if self.hierarchical and link == INTER and kind == "all_reduce" and 1 < g < p:
-            return hierarchical_all_reduce(self.intra, inter, nbytes, g, -(-p // g))
-        return (self.intra if link == INTRA else inter).cost(kind, nbytes, p, servers)
+            return hierarchical_all_reduce(self.intra, inter, nbytes, g, -(-p // g), self.backend)
+        return (self.intra if link == INTRA else inter).cost(kind, nbytes, p, servers, self.backend)
