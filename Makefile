@@ -50,9 +50,10 @@ test-params: venv
 test-cluster: venv
 	$(PY) -m pytest tests/test_dry_run.py tests/test_cluster_env.py tests/test_cluster_slurm.py tests/test_cluster_netns.py $(PYTEST_ARGS)
 
-# The multi-node path rehearsed on this machine (root, Linux; 8-30 minutes on 2 cores; not part of `test`): a
-# SLURM cluster of three network-namespace nodes, notebook 01 across them, requeued once mid-run,
-# checked and torn down; its result in reproduce/rehearsal/last_run.csv (reproduce/rehearse.py).
+# The multi-node path rehearsed on this machine (root, Linux; 15-45 minutes on 2 cores; not part of `test`):
+# a SLURM cluster of three network-namespace nodes, notebook 01 across them, requeued once mid-run, then
+# notebook 07 (its benchmark across them), checked and torn down; its result in
+# reproduce/rehearsal/last_run.csv (reproduce/rehearse.py).
 rehearse: venv bytecode
 	$(PY) reproduce/rehearse.py
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Rehearse the multi-node path on this machine: a real SLURM cluster of three nodes, one notebook
-across them, requeued once mid-run (``make rehearse``; root, Linux; 15-30 minutes on a shared 2-core machine).
+"""Rehearse the multi-node path on this machine: a real SLURM cluster of three nodes, notebooks
+across them, one requeued once mid-run (``make rehearse``; root, Linux; 15-45 minutes on a shared 2-core machine).
 
 1. ``reproduce/slurm/netns_cluster.sh up``: three nodes, each a network namespace with shaped links
    and its own slurmd (docs/clusters.md, "Rehearsed on one machine").
@@ -16,7 +16,11 @@ across them, requeued once mid-run (``make rehearse``; root, Linux; 15-30 minute
    resumed from its checkpoint (the notebook says "resumed from the checkpoint of step N") and
    finished; a run's ranks ran on node1, node2 and node3; the headline's claims were decided from
    the runs across the three nodes, the rehearsal profile's paper setting (not projected).
-5. ``netns_cluster.sh down``, whatever happened.
+5. Then notebook 07 (the survey's system methods) as array task 7 of its own job: its benchmark calls
+   start their ranks as srun steps across the nodes too, and the headline's claims are decided from
+   the benchmark repeated on the three nodes over the real network (checked: the notebook ran, that
+   benchmark's rows name node1, node2 and node3, the headline resolved as measured there).
+6. ``netns_cluster.sh down``, whatever happened.
 
 Writes ``--result`` (default reproduce/rehearsal/last_run.csv: one row per check, with the
 command, commit and date in its first line) and the job's log beside it (``last_run.log``); the
@@ -40,7 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "reproduce" / "slurm" / "netns_cluster.sh"
 WORK = Path(os.environ.get("WORK", "/tmp/distsgd-slurm-netns"))   # the cluster's state, as netns_cluster.sh
-NOTEBOOK = "01_cocod_sgd"
+NOTEBOOK = "01_cocod_sgd"                                        # requeued once mid-run
+SURVEY = "07_survey_systems"                                     # a benchmark's headline measured at the setting
 
 
 def sh(*cmd: str, env: dict[str, str] | None = None, timeout: float = 60, check: bool = True) -> str:
@@ -90,25 +95,39 @@ def starts(log: str) -> list[int]:
     return [int(n) for n in re.findall(r"^job .*, start (\d+),", log, flags=re.M)]
 
 
-def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[dict[str, str]]:
-    """Submit, requeue, wait; the checks' rows."""
-    results, out, figures, log = work / "results", work / "runs", work / "figures", work / "job.out"
+def submit(notebook: str, env: dict[str, str], work: Path, log: Path, checkpoint_every: int) -> str:
+    """``sbatch`` notebook `notebook`'s array task of papermill.sbatch across the three nodes with the
+    rehearsal profile, its results, executed notebook and figures in `work`, its output in `log`;
+    returns the job id."""
     python = Path(sys.executable)
-    job_env = {**env, "PROFILE": "rehearsal", "ONLY": NOTEBOOK, "PYTHON": str(python),
-               "GLOO_SOCKET_IFNAME": "eth0", "DISTSGD_RESULTS": str(results), "TQDM_DISABLE": "1",
-               "DISTSGD_CHECKPOINT_EVERY": str(args.checkpoint_every)}
+    job_env = {**env, "PROFILE": "rehearsal", "ONLY": notebook, "PYTHON": str(python),
+               "GLOO_SOCKET_IFNAME": "eth0", "DISTSGD_RESULTS": str(work / "results"), "TQDM_DISABLE": "1",
+               "DISTSGD_CHECKPOINT_EVERY": str(checkpoint_every)}
     if (python.parent / "activate").exists():
         job_env["VENV"] = str(python.parent.parent)
     # the namespace nodes' cores and memory, not the template's GPU node (32 cores, 64 GB)
     cpus = os.environ.get("CPUS", "2")               # netns_cluster.sh's cores per node
-    cmd = ["sbatch", "--parsable", f"--array={int(NOTEBOOK[:2])}", "--nodes=3", f"--cpus-per-task={cpus}",
+    cmd = ["sbatch", "--parsable", f"--array={int(notebook[:2])}", "--nodes=3", f"--cpus-per-task={cpus}",
            "--mem=0", f"--output={log}", "reproduce/slurm/papermill.sbatch",
-           "--out", str(out), "--figures-dir", str(figures)]
+           "--out", str(work / "runs"), "--figures-dir", str(work / "figures")]
     print("$", " ".join(f"{k}={job_env[k]}" for k in ("PROFILE", "ONLY", "DISTSGD_CHECKPOINT_EVERY")),
           shlex.join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=REPO, env=job_env, capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip().split(";")[0]
+
+
+def notebook_status(out: Path, notebook: str) -> str:
+    """The status summary.csv gives `notebook`'s last execution ("no summary.csv" without one)."""
+    rows = [r for r in csv.DictReader(open(out / "summary.csv")) if r.get("notebook") == notebook] \
+        if (out / "summary.csv").exists() else []
+    return rows[-1]["status"] if rows else "no summary.csv row"
+
+
+def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[dict[str, str]]:
+    """Submit notebook 01, requeue, wait; the checks' rows."""
+    results, out, figures, log = work / "results", work / "runs", work / "figures", work / "job.out"
     t0 = time.monotonic()
-    job = subprocess.run(cmd, cwd=REPO, env=job_env, capture_output=True, text=True, timeout=60,
-                         check=True).stdout.strip().split(";")[0]
+    job = submit(NOTEBOOK, env, work, log, args.checkpoint_every)
 
     def mid_run() -> bool:
         if not job_state(job, env):
@@ -138,8 +157,7 @@ def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[
     rows = [{"check": "job started twice (the requeue)", "expected": "start 0, start 1",
              "measured": ", ".join(f"start {n}" for n in starts(text)),
              "ok": str(starts(text)[:2] == [0, 1])}]
-    summary = list(csv.DictReader(open(out / "summary.csv"))) if (out / "summary.csv").exists() else []
-    status = summary[0]["status"] if summary else "no summary.csv"
+    status = notebook_status(out, NOTEBOOK)
     rows.append({"check": f"{NOTEBOOK} ran to its end", "expected": "ok", "measured": status, "ok": str(status == "ok")})
     after = finished_runs(results)
     kept = [name for name, mtime in before.items() if after.get(name) == mtime]
@@ -161,25 +179,48 @@ def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[
     rows.append({"check": "claims decided (not held to a ledger: the rehearsal is no paper's setting)",
                  "expected": "every claim", "measured": ", ".join(f"{v}: {verdicts.count(v)}" for v in sorted(set(verdicts))),
                  "ok": str(bool(verdicts))})
-    rows.append(headline_check(claims))
+    rows.append(headline_check(claims, NOTEBOOK))
     rows.append({"check": "minutes from sbatch to the end of the requeued job", "expected": "-",
                  "measured": f"{minutes:.1f}", "ok": "True"})
     return rows
 
 
-def headline_check(claims: Path) -> dict[str, str]:
-    """The check that the notebook's headline was measured, not projected: the rehearsal profile names
+def rehearse_survey(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[dict[str, str]]:
+    """Submit notebook 07 once 01's job has ended, wait; the checks' rows: it ran, its benchmark at
+    the setting ran on the three nodes, its headline was decided there."""
+    import pandas as pd
+
+    log = work / "job07.out"
+    t0 = time.monotonic()
+    job = submit(SURVEY, env, work, log, args.checkpoint_every)
+    wait(lambda: job_state(job, env) == "", args.timeout, f"job {job} ({SURVEY}) did not end", every=2)
+    minutes = (time.monotonic() - t0) / 60
+    shutil.copyfile(log, args.result.with_name(args.result.stem + "_07.log"))
+    status = notebook_status(work / "runs", SURVEY)
+    bench = work / "figures" / SURVEY / "bench_at_setting.csv"
+    hosts = sorted({h for cell in pd.read_csv(bench).hosts for h in cell.split()}) if bench.exists() else []
+    return [{"check": f"{SURVEY} ran to its end", "expected": "ok", "measured": status, "ok": str(status == "ok")},
+            {"check": f"{SURVEY}'s benchmark at the setting ran its ranks on the three nodes",
+             "expected": "node1 node2 node3", "measured": " ".join(hosts) or "no bench_at_setting.csv",
+             "ok": str(hosts == ["node1", "node2", "node3"])},
+            headline_check(work / "figures" / SURVEY / "claims.csv", SURVEY),
+            {"check": f"minutes from sbatch to the end of {SURVEY}'s job", "expected": "-",
+             "measured": f"{minutes:.1f}", "ok": "True"}]
+
+
+def headline_check(claims: Path, notebook: str) -> dict[str, str]:
+    """The check that `notebook`'s headline was measured, not projected: the rehearsal profile names
     the three nodes as the paper's setting (``paper_setting``), so the claims that project the
-    headline elsewhere are decided from the runs across them (`Headline.resolved_how`)."""
+    headline elsewhere are decided from the runs (or the benchmark) across them (`Headline.resolved_how`)."""
     import pandas as pd
 
     sys.path.insert(0, str(REPO / "lib"))
     from distsgd.verdicts.headlines import AT_PAPER_SETTING, load_headlines
 
-    headline = load_headlines()[NOTEBOOK]
+    headline = load_headlines()[notebook]
     how = headline.resolved_how(pd.read_csv(claims)) if claims.exists() else "no claims.csv"
-    return {"check": f"the headline's claims ({', '.join(headline.claims)}) decided at the rehearsal's paper setting",
-            "expected": AT_PAPER_SETTING, "measured": how, "ok": str(how == AT_PAPER_SETTING)}
+    return {"check": f"{notebook}: the headline's claims ({', '.join(headline.claims)}) decided at the rehearsal's "
+            "paper setting", "expected": AT_PAPER_SETTING, "measured": how, "ok": str(how == AT_PAPER_SETTING)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,12 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         args.result.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            rows = rehearse(args, env, work)
-        except (TimeoutError, RuntimeError, subprocess.CalledProcessError) as e:
-            log = work / "job.out"
-            print(f"rehearsal failed: {e}\n{log.read_text()[-5000:] if log.exists() else ''}", file=sys.stderr)
-            rows = [{"check": "rehearsal ran", "expected": "True", "measured": str(e).splitlines()[0], "ok": "False"}]
+        rows = []
+        for step, log in ((rehearse, work / "job.out"), (rehearse_survey, work / "job07.out")):
+            try:
+                rows += step(args, env, work)
+            except (TimeoutError, RuntimeError, subprocess.CalledProcessError) as e:
+                print(f"rehearsal failed: {e}\n{log.read_text()[-5000:] if log.exists() else ''}", file=sys.stderr)
+                rows.append({"check": f"rehearsal ran ({step.__name__})", "expected": "True",
+                             "measured": str(e).splitlines()[0], "ok": "False"})
     finally:
         if not args.keep:
             subprocess.run(["bash", str(CLUSTER), "down"], timeout=300)

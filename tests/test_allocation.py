@@ -28,7 +28,6 @@ def test_auto_launcher_spans_the_nodes_of_a_multi_node_job_only():
     assert detect_launcher("auto", {**JOB, "SLURM_STEP_ID": "0"}) == "spawn"        # within a step
     assert detect_launcher("auto", {**JOB, "RANK": "0", "WORLD_SIZE": "2"}) == "env"
     assert detect_launcher("auto", {"DISTSGD_LAUNCHER": "srun"}) == "srun"           # asked for
-    assert detect_launcher("auto", JOB, spans_nodes=False) == "spawn"               # the benchmarks
     assert detect_launcher("spawn", JOB) == "spawn"
     with pytest.raises(ConfigError, match="DISTSGD_LAUNCHER='ssh'; allowed: spawn, srun"):
         detect_launcher("auto", {"DISTSGD_LAUNCHER": "ssh"})
@@ -83,7 +82,8 @@ def _options(cmd: list[str]) -> dict[str, str]:
 def test_srun_command_of_gpu_ranks_fills_the_fewest_nodes(tmp_path):
     a = Allocation(("gpu02", "gpu01", "gpu03", "gpu04"), 4, "SLURM job 42")
     config = Config(nproc=8, backend="nccl")
-    cmd = srun_command(config, tmp_path, a, gpus=True, extra=["--gpus-per-task=1"], cpus_on_node=32)
+    cmd = srun_command(config.run_name(), config.nproc, tmp_path, a, True, ["worker", str(tmp_path)],
+                       extra=["--gpus-per-task=1"], cpus_on_node=32)
     opts = _options(cmd)
     assert opts["nodes"] == "2" and opts["ntasks"] == "8" and opts["ntasks-per-node"] == "4"
     assert opts["nodelist"] == "gpu02,gpu01" and opts["cpus-per-task"] == "8"
@@ -97,17 +97,20 @@ def test_srun_command_of_cpu_ranks_spreads_them_over_the_nodes(tmp_path):
     a = Allocation(("node1", "node2", "node3"), 0, "SLURM job 7")
     assert step_nodes(3, a, gpus=False) == ["node1", "node2", "node3"]
     assert step_nodes(2, a, gpus=False) == ["node1", "node2"]
-    opts = _options(cmd := srun_command(Config(nproc=6), tmp_path, a, gpus=False))
+    opts = _options(cmd := srun_command("bench", 6, tmp_path, a, False, ["call", str(tmp_path)]))
     assert opts["nodes"] == "3" and opts["ntasks-per-node"] == "2" and opts["cpus-per-task"] == "1"
-    assert "--overcommit" in cmd
+    assert "--overcommit" in cmd and opts["job-name"] == "bench"
+    assert cmd[-5:] == [sys.executable, "-m", "distsgd", "call", str(tmp_path)]
 
 
 def test_srun_env_meets_on_the_first_node_never_on_loopback(monkeypatch):
     monkeypatch.setenv("RANK", "3")                              # a local rank's: not passed on
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")              # the user's choice: passed on
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     env = srun_env("gpu02", 29611, gpus=False)
     assert env["MASTER_ADDR"] == "gpu02" and env["MASTER_PORT"] == "29611" and "RANK" not in env
     assert env["GLOO_SOCKET_IFNAME"] == "ib0" and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONHASHSEED"] == "0"                          # one string order on every rank
     assert "DISTSGD_INIT_METHOD" not in env
 
 

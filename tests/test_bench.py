@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from distsgd.verdicts import projection as pj
-from distsgd.systems.benchmark import (emulation_headroom, grad_bytes, grad_tensor_bytes, hook_overlap, medians,
+from distsgd.systems.benchmark import (compute_models, emulation_headroom, grad_bytes, grad_tensor_bytes, hook_overlap, medians,
                                      real_collective_times, scaled_net, timing_noise)
 from distsgd.comm import parse_net
 from distsgd.errors import ConfigError
@@ -55,6 +56,16 @@ def test_bench_cli_writes_a_tidy_csv(tmp_path):
     assert set(df[df.label != "compute"].net_name) == {"10GbE-like", "IB-like"}
     assert (df.step_s > 0).all() and "DeAR" in out.stdout
     assert (df.backend == "gloo").all() and (df.peak_rss_mb > 0).all()
+    assert set(df.hosts) == {socket.gethostname()}                       # both ranks on this host
+
+
+def test_every_rank_measures_the_models_compute_in_one_order():
+    """The order is the list's on every rank, whatever the process's string hashing (an srun step's
+    ranks are separate processes: a set's order would differ and the ranks would time different
+    models at once)."""
+    assert compute_models(["transformer", "mlp"], "resnet18") == ["transformer", "mlp", "resnet18"]
+    assert compute_models(["transformer", "mlp"], "mlp") == ["transformer", "mlp"]
+    assert compute_models(["transformer", "mlp"], None) == ["transformer", "mlp"]
 
 
 @pytest.mark.multiproc

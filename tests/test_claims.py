@@ -506,7 +506,8 @@ def test_every_notebook_has_a_committed_quick_registration_written_before_its_fi
 
 RUNS_OR_MEASURES = ("distsgd.run(", "bench_schedules(", '"bench"', "on_ranks(", "real_collective_times(",
                     # the thin notebooks' calls into distsgd.experiments that run or measure (issue 36)
-                    "machine_checks(", "run_bench(", "scaled_networks(", "network_runs(", "accuracy_runs(")
+                    "machine_checks(", "run_bench(", "scaled_networks(", "network_runs(", "accuracy_runs(",
+                    "bench_at_setting(")
 
 
 def runs_or_measures(cell: str) -> bool:

@@ -241,13 +241,17 @@ def test_plain_srun_two_tasks(slurm, tmp_path) -> None:
 def test_a_run_in_a_job_starts_its_ranks_as_an_srun_step(slurm, tmp_path) -> None:
     """`distsgd.run` inside a batch job with the srun launcher (what a job of several nodes uses by
     default; asked for here on one node): its ranks are one job step, each rank's output in its own
-    log; a rank that dies fails the run at once, naming it (reproduce/rehearse.py: three nodes)."""
-    out = tmp_path / "step"
+    log; a rank that dies fails the run at once, naming it. A benchmark's call (`on_ranks`) is a step
+    the same way, meeting at the step's TCP rendezvous, its results passed back through the results
+    root; a raising rank fails it at once, naming it (reproduce/rehearse.py: three nodes)."""
+    out, results = tmp_path / "step", tmp_path / "results"
     script = tmp_path / "run.sbatch"
     script.write_text(f"""#!/usr/bin/env bash
-export DISTSGD_LAUNCHER=srun PYTHONPATH={REPO / 'lib'}
+export DISTSGD_LAUNCHER=srun PYTHONPATH={REPO / 'lib'}:{REPO / 'tests'} DISTSGD_RESULTS={results}
 {sys.executable} - <<'EOF'
 import distsgd
+from distsgd.training.launch import on_ranks
+from test_launch import _environment, _fails
 r = distsgd.run(algo="local_sgd", params={{"period": 2}}, nproc=2, steps=8, eval_every=4, progress=False,
                 out="{out}")                         # ends before the fault's step 9
 print("nproc", r.summary["nproc"], "steps", r.summary["steps"])
@@ -255,6 +259,12 @@ try:
     distsgd.run(algo="ssgd", nproc=2, steps=400, log_every=5, progress=False, out="{out}")
 except distsgd.WorkerError as e:
     print("failed rank", e.rank, e.cause.splitlines()[0])
+envs = on_ranks(_environment, 2, timeout=120)
+print("call", [(e["RANK"], e["sum"], e["MASTER_ADDR"] is not None, e["DISTSGD_INIT_METHOD"]) for e in envs])
+try:
+    on_ranks(_fails, 2, "raise", timeout=120)       # rank 0 sleeps: the step must be stopped at once
+except distsgd.WorkerError as e:
+    print("failed call rank", e.rank, e.cause.strip().splitlines()[-1])
 EOF
 """)
     env = {**slurm, "DISTSGD_INJECT_FAULT": "1:9:kill"}
@@ -263,6 +273,10 @@ EOF
     run = next(d for d in out.iterdir() if d.name.startswith("local_sgd"))
     assert (run / "ranks" / "srun.log").read_text().startswith("srun --job-name=local_sgd")
     assert all((run / "ranks" / f"rank{r}.log").exists() for r in (0, 1))
+    assert "call [('0', 1.0, True, None), ('1', 1.0, True, None)]" in log, log
+    assert "failed call rank 1 ValueError: planted failure on rank 1" in log, log
+    (failed,) = (results / "calls").iterdir()          # the successful call's directory is gone
+    assert failed.name.startswith("fails-") and (failed / "ranks" / "srun.log").read_text().startswith("srun --job-name=fails")
 
 
 def test_train_template_requeues_on_the_warning_signal_and_resumes(slurm, tmp_path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from distsgd.errors import ConfigError
 from distsgd.verdicts import registration
 from distsgd.verdicts.claims import Claims
 from distsgd.experiments import survey_systems as survey
@@ -29,14 +30,74 @@ def test_roles_by_the_gradient_tensors_and_the_committed_registration(notebook_d
     assert survey.roles(pd.DataFrame({"mean_tensor_mb": [1.0, 2.0], "largest_tensor_mb": [1.0, 9.0]},
                                      index=["a", "b"])) == ("a", "b")
     claims = Claims("07_survey_systems")
-    bands = survey.register_claims(claims, small, large)
     p = notebook_defaults("07_survey_systems")
+    setting = survey.paper_setting(p["paper_setting"], p["models"])     # the survey's own: no quick model is its
+    assert setting.models == () and survey.covered(setting, p["models"], small, large) == []
+    bands = survey.register_claims(claims, small, large, setting, p["models"])
     design = survey.design(p["models"], p["nprocs"], p["net_reference"], p["batch_size"], p["bench_steps"],
-                           p["bench_warmup"], p["repeats"], p["networks"], p["backend"])
+                           p["bench_warmup"], p["repeats"], p["networks"], p["backend"], p["paper_setting"])
     committed = json.loads((REGISTERED / "07_survey_systems.json").read_text())
     assert registration.differences(claims.registered_tests(), design, committed) == []
     assert len(bands) == 9 and all(i.startswith("proj_") for i in bands)
     assert all(t["form"] == "superiority" and t["source"].startswith("null:") for t in committed["tests"].values())
+
+
+def test_the_setting_covers_the_claims_about_the_survey_models_it_names() -> None:
+    full = survey.paper_setting({}, ["resnet50", "bert_base"])          # the full profile's benchmark models
+    assert (full.nproc, full.nodes, full.net) == (32, 8, "10GbE")
+    assert survey.covered(full, ["resnet50", "bert_base"], "resnet50", "bert_base") == [
+        "proj_fusion_beats_wfbp_10gbe", "proj_ps_partition_helps_10gbe", "proj_ranking_follows_intensity_10gbe"]
+    assert survey.covered(full, ["resnet50", "mlp"], "resnet50", "mlp") == ["proj_fusion_beats_wfbp_10gbe"]
+    ib = survey.paper_setting({"net": "IB-EDR"}, ["resnet50", "bert_base"])
+    assert survey.covered(ib, ["resnet50", "bert_base"], "resnet50", "bert_base")[0] == "proj_fusion_beats_wfbp_ib_edr"
+    with pytest.raises(ConfigError, match="paper_setting.net"):
+        survey.paper_setting({"net": "10GbE-like"}, ["mlp"])
+
+
+def _setting_bench(hosts: str, net: str = "") -> pd.DataFrame:
+    """Six rounds of the benchmark at a stand-in setting (3 workers), on the real network."""
+    bench = _bench()
+    rounds = pd.concat([bench[bench.nproc == 2].assign(repeat=bench.repeat + 2 * k) for k in range(3)], ignore_index=True)
+    return rounds.assign(nproc=3, net_name="real", net=net, hosts=hosts, backend="gloo")
+
+
+def test_the_headline_is_measured_where_the_benchmark_spans_the_setting() -> None:
+    from distsgd.training.allocation import Allocation
+    from distsgd.verdicts.headlines import AT_PAPER_SETTING, load_headlines
+
+    models = ["mlp", "transformer", "resnet18"]
+    setting = survey.paper_setting({"nproc": 3, "nodes": 3, "models": models}, models)
+    three = Allocation(("node1", "node2", "node3"), 0, "SLURM job 7")
+    ids = survey.covered(setting, models, "transformer", "mlp")
+    assert ids == ["proj_fusion_beats_wfbp_10gbe", "proj_ps_partition_helps_10gbe", "proj_ranking_follows_intensity_10gbe"]
+    claims = Claims("07_survey_systems")
+    survey.register_claims(claims, "transformer", "mlp", setting, models, three)
+    claims.preregister(dry_run=True)
+    assert all(claims.claims[i].precheck is None and "instead where" in claims.claims[i].test.statistic for i in ids)
+    by_i = ["mlp", "transformer", "resnet18"]
+    # one host, or an emulated network: not the setting, so nothing is decided here
+    assert survey.decide_at_setting(claims, setting, _setting_bench("node1"), ids, "transformer", "mlp", by_i) == []
+    assert survey.decide_at_setting(claims, setting, _setting_bench("node1 node2 node3", "1Gbit,50us"), ids,
+                                    "transformer", "mlp", by_i) == []
+    assert survey.decide_at_setting(claims, setting, None, ids, "transformer", "mlp", by_i) == []
+    assert survey.decide_at_setting(claims, setting, _setting_bench("node1 node2 node3"), ids, "transformer", "mlp",
+                                    by_i) == ids
+    table = claims.table().set_index("id")
+    assert table.loc["proj_fusion_beats_wfbp_10gbe", "estimate"] == pytest.approx(1.5)
+    assert table.loc["proj_fusion_beats_wfbp_10gbe", "verdict"] == "reproduced"     # 1.5 in all six rounds
+    assert table.loc["proj_ps_partition_helps_10gbe", "measured"].endswith("6 rounds")
+    assert load_headlines()["07_survey_systems"].resolved_how(table.reset_index()) == AT_PAPER_SETTING
+
+
+def test_a_setting_out_of_reach_runs_nothing(monkeypatch, tmp_path) -> None:
+    from distsgd.training.allocation import Allocation
+
+    monkeypatch.setattr(survey.bs, "bench_schedules", lambda **kw: pytest.fail("ran"))
+    setting = survey.paper_setting({}, ["resnet50", "bert_base"])
+    one_node = Allocation(("gpu01",), 8, "this host")
+    ids = survey.covered(setting, ["resnet50", "bert_base"], "resnet50", "bert_base")
+    assert survey.bench_at_setting(setting, ids, ["resnet50", "bert_base"], [], tmp_path / "b.csv", one_node) is None
+    assert survey.bench_at_setting(setting, [], ["mlp", "transformer"], [], tmp_path / "b.csv") is None
 
 
 def _bench() -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Command line: `python -m distsgd {train,list,show,results,data,bench,profile,simulate,validate-run,worker}`.
+"""Command line: `python -m distsgd {train,list,show,results,data,bench,profile,simulate,validate-run,worker,call}`.
 
 This module only dispatches: the commands of runs are `run_commands`'s, the datasets' release files
 `data_commands`'s, those of the systems side (benchmarks, profiles, the simulator)

@@ -2,7 +2,11 @@
 Learning: A Comprehensive Survey", its evaluation of the scheduling methods): the models' roles,
 the claims' registration, the machine checks, the per-round ratios, the simulator's check of the
 benchmark, and the projection at the survey's own setting (32 V100-fp32 workers as 8 nodes x 4,
-PCIe3 inside; 10GbE, 100GbE TCP or IB-EDR between) against its published throughputs."""
+PCIe3 inside; 10GbE, 100GbE TCP or IB-EDR between) against its published throughputs. Where the
+notebook's benchmark can span the survey's setting (`verdicts.setting`: its 32 workers on 8 nodes
+over the real network, standing for the survey's 10GbE), the projected claims on that network are
+decided from the benchmark repeated there instead (`bench_at_setting`, `decide_at_setting`), the
+notebook's models in the survey's roles by the same rule; the other networks stay projected."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,6 +24,9 @@ from ..comm import named_net
 from ..systems.layer_profile import Profile
 from ..systems.timeline import survey, validate as tv
 from ..systems.timeline.error_band import RatioBand
+from ..training.allocation import Allocation
+from ..verdicts.analysis import per_round
+from ..verdicts.setting import PaperSetting
 
 # the survey's setting, fixed before the projection (not a parameter of the notebook)
 PROJ_DEVICE = "V100-fp32"
@@ -34,6 +41,11 @@ PROJ_CASES = [
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": 0.0}, "label": "PS"},
     {"algo": "ps", "params": {"bucket_mb": 25.0, "partition_mb": SURVEY_PS_PARTITION_MB}, "label": "PS + partition"},
 ]
+PROJ_NODES = PROJ_P // PROJ_GPUS_PER_NODE              # 8 nodes of 4 GPUs
+AT_SETTING_NET = "10GbE"                               # the survey's network the real one stands for (the headline's)
+AT_SETTING_STAT = ("95% interval of the median of per-round ratios (median_interval) of this notebook's benchmark "
+                   "repeated across the setting's nodes on the real network (no emulation), its models in the survey's "
+                   "roles by the same rule")
 ALLREDUCE = ["no overlap", "WFBP", "tensor fusion", "MG-WFBP", "ByteScheduler"]   # the best all-reduce schedule's candidates
 PUBLISHED = {"BSP-A2A": "no overlap", "WFBP-A2A": "WFBP", "MG-WFBP": "MG-WFBP"}   # survey method: the kit's label
 
@@ -68,9 +80,35 @@ def model_roles(models: Sequence[str]) -> tuple[pd.DataFrame, str, str]:
 
 NULL = "null: no difference, ratio 1 (the survey states which helps most, not by how much)"
 PROJ_CASE = {c["label"]: c for c in PROJ_CASES}
+MEASURED_IDS = ("fusion_beats_wfbp", "ps_partition_helps", "ranking_follows_intensity")   # each proj_<id>_<fabric>
 
 
-def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[str, RatioBand | None]:
+def paper_setting(value: dict[str, Any] | None, models: Sequence[str]) -> PaperSetting:
+    """The survey's setting (`verdicts.setting`): `PROJ_P` workers on `PROJ_NODES` nodes, the real
+    network standing for `AT_SETTING_NET` (one of `FABRICS`); the benchmark's `models` that are the
+    survey's own (`PROJ_MODELS`) count as its models, each in the role the notebook's rule gives it
+    (`roles`). A profile's ``paper_setting`` parameter `value` names a stand-in (its `models`: the
+    benchmark's models that count as the survey's)."""
+    return PaperSetting.parse(value, PROJ_P, PROJ_NODES, [m for m in models if m in PROJ_MODELS], AT_SETTING_NET,
+                              FABRICS)
+
+
+def covered(setting: PaperSetting, models: Sequence[str], small_model: str, large_model: str) -> list[str]:
+    """The projected claims a benchmark spanning `setting` measures, known before any run: on the
+    fabric the setting's network stands for, `proj_fusion_beats_wfbp_<f>` where it names
+    `small_model` (the benchmark's many-small-tensors model), `proj_ps_partition_helps_<f>` where
+    it names `large_model`, `proj_ranking_follows_intensity_<f>` where it names every one of `models`."""
+    ids = []
+    for f, spec in PROJ_NETS.items():
+        net = named_net(spec)[0]
+        for cid, about in zip(MEASURED_IDS, ([small_model], [large_model], list(models))):
+            if all(setting.covers(m, net) for m in about):
+                ids.append(f"proj_{cid}_{f}")
+    return ids
+
+
+def register_claims(claims: Claims, small_model: str, large_model: str, setting: PaperSetting | None = None,
+                    models: Sequence[str] = (), allocation: Allocation | None = None) -> dict[str, RatioBand | None]:
     """Register the notebook's claims before any run, each "better than" (superiority over the null,
     a ratio of 1; the survey gives no size). Measured (per-round ratios on 10GbE-like): WFBP / fusion
     > 1 for `small_model` ("fusion helps most for all-reduce with many small tensors"), PS / PS +
@@ -78,7 +116,9 @@ def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[
     best-efficiency ratio of I-neighbours, higher-I / lower-I, > 1). Projected (`projection.register`,
     each within the simulator's error measured on real clusters for the same runtime models
     on that fabric, `projection.runtime` of `PROJ_CASES`), the same three at 32 workers on each
-    fabric. Returns each projected claim's band (None: not covered)."""
+    fabric; those a benchmark of `models` spanning `setting` measures (`covered`) are measured
+    instead where it does (`AT_SETTING_STAT`; their precheck applies only where `allocation`,
+    default this process's, cannot span it). Returns each projected claim's band (None: not covered)."""
     stat = "median of per-round ratios, 95% quantile_test interval"
     claims.register("fusion_beats_wfbp", "tensor fusion beats WFBP for the model with many small tensors (all-reduce)",
                     "fusion helps most for all-reduce with many small tensors",
@@ -92,8 +132,11 @@ def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[
                     "higher intensity scales better",
                     Test("min over I-neighbours: best efficiency higher-I / lower-I, 10GbE-like", ">=", 1.0, stat,
                          form="superiority", source=NULL))
-    where = f"{PROJ_P} workers, {PROJ_P // PROJ_GPUS_PER_NODE} nodes x {PROJ_GPUS_PER_NODE} ({PROJ_INTRA} inside"
+    where = f"{PROJ_P} workers, {PROJ_NODES} nodes x {PROJ_GPUS_PER_NODE} ({PROJ_INTRA} inside"
     bands = {}
+    measured = covered(setting, models, small_model, large_model) if setting is not None else []
+    reachable = bool(measured) and setting.reachable(allocation or Allocation.detect())
+    at = lambda cid: (setting, AT_SETTING_STAT, reachable) if cid in measured else None   # noqa: E731
     for f, spec in PROJ_NETS.items():
         net = named_net(spec)[0]
         q = f"projection: {PROJ_DEVICE} (flops-scaled, survey 1-GPU calibration), {where}, {net} between)"
@@ -102,28 +145,30 @@ def register_claims(claims: Claims, small_model: str, large_model: str) -> dict[
             claims, f"proj_fusion_beats_wfbp_{f}", f"tensor fusion beats WFBP for the model with many small tensors ({net}, 32 GPUs)",
             "fusion helps most for all-reduce with many small tensors",
             f"{q}: WFBP / fusion step time, smallest-mean-tensor model", ">=", 1.0, "superiority", NULL,
-            [(model("WFBP"), spec)], [(model("tensor fusion"), spec)])
+            [(model("WFBP"), spec)], [(model("tensor fusion"), spec)], at(f"proj_fusion_beats_wfbp_{f}"))
         bands[f"proj_ps_partition_helps_{f}"] = pj.register(
             claims, f"proj_ps_partition_helps_{f}", f"partitioning helps PS on the model with large tensors ({net}, 32 GPUs)",
             "partitioning helps most for PS with large tensors",
             f"{q}: PS / PS + partition step time, largest-tensor model", ">=", 1.0, "superiority", NULL,
-            [(model("PS"), spec)], [(model("PS + partition"), spec)])
+            [(model("PS"), spec)], [(model("PS + partition"), spec)], at(f"proj_ps_partition_helps_{f}"))
         # efficiency = compute / step time: higher-I / lower-I efficiency = step(lower-I) / step(higher-I) x compute ratio
         fastest = tuple(model(label) for label in ALLREDUCE)
         bands[f"proj_ranking_follows_intensity_{f}"] = pj.register(
             claims, f"proj_ranking_follows_intensity_{f}", f"the ranking (scaling efficiency) follows I = C/D ({net}, 32 GPUs)",
             "higher intensity scales better",
             f"{q}: min over I-neighbours, best all-reduce efficiency higher-I / lower-I", ">=", 1.0, "superiority", NULL,
-            [(fastest, spec)], [(fastest, spec)])
+            [(fastest, spec)], [(fastest, spec)], at(f"proj_ranking_follows_intensity_{f}"))
     return bands
 
 
 def design(models: Sequence[str], nprocs: Sequence[int], net_reference: str, batch_size: int, bench_steps: int,
-           bench_warmup: int, repeats: int, networks: Sequence[str], backend: str) -> dict[str, Any]:
+           bench_warmup: int, repeats: int, networks: Sequence[str], backend: str,
+           paper_setting: dict[str, Any] | None = None) -> dict[str, Any]:
     """What fixes the deciding runs (`Claims.preregister`'s design): the benchmark's models, worker
     counts, reference model of the networks, batch, timed and warm-up steps, rounds, networks and
-    backend; and the projection's setting (device, models and batches, workers, nodes, networks)."""
-    return {"models": list(models), "nprocs": list(nprocs), "net_reference": net_reference, "batch_size": batch_size,
+    backend; the projection's setting (device, models and batches, workers, nodes, networks); and a
+    profile's stand-in `paper_setting` where it names one."""
+    return ({"paper_setting": dict(paper_setting)} if paper_setting else {}) | {"models": list(models), "nprocs": list(nprocs), "net_reference": net_reference, "batch_size": batch_size,
             "bench_steps": bench_steps, "bench_warmup": bench_warmup, "repeats": repeats, "networks": list(networks),
             "backend": backend, "projection": {"device": PROJ_DEVICE, "models": PROJ_MODELS, "nprocs": PROJ_NPROCS,
                                               "claims_at": PROJ_P, "gpus_per_node": PROJ_GPUS_PER_NODE,
@@ -155,12 +200,12 @@ def machine_checks(claims: Claims, models: Sequence[str], p: int, small_model: s
 
 
 def round_ratios(bench: pd.DataFrame, p: int, small_model: str, large_model: str,
-                 by_intensity: Sequence[str]) -> dict[str, tuple[pd.Series, str]]:
-    """The measured claims' per-round ratios at `p` workers on 10GbE-like, each with the text that
-    names it: WFBP / fusion of `small_model`, PS / PS + partition of `large_model`, and the
-    smallest ratio of best all-reduce efficiencies (compute / fastest all-reduce schedule's step)
-    of intensity neighbours, higher-I / lower-I."""
-    ten = bench[(bench.nproc == p) & (bench.net_name == "10GbE-like")]
+                 by_intensity: Sequence[str], net_name: str = "10GbE-like") -> dict[str, tuple[pd.Series, str]]:
+    """The measured claims' per-round ratios at `p` workers on the benchmark's network `net_name`,
+    each with the text that names it: WFBP / fusion of `small_model`, PS / PS + partition of
+    `large_model`, and the smallest ratio of best all-reduce efficiencies (compute / fastest
+    all-reduce schedule's step) of intensity neighbours, higher-I / lower-I."""
+    ten = bench[(bench.nproc == p) & (bench.net_name == net_name)]
     per = ten.pivot_table(index=["repeat", "model"], columns="label", values="step_s")
     best_eff = (ten.groupby("model").compute_s.first() / per[ALLREDUCE].min(axis=1)).unstack("model")
     ranking = pd.concat([best_eff[hi] / best_eff[lo] for lo, hi in zip(by_intensity, by_intensity[1:])], axis=1).min(axis=1)
@@ -170,6 +215,49 @@ def round_ratios(bench: pd.DataFrame, p: int, small_model: str, large_model: str
                                    f"{large_model} PS / PS + partition"),
             "ranking_follows_intensity": (ranking, "by I: " + " < ".join(by_intensity) + "; best efficiency (median) "
                                           + ", ".join(f"{m} {best_eff[m].median():.2f}" for m in by_intensity))}
+
+
+def bench_at_setting(setting: PaperSetting, measured: Sequence[str], models: Sequence[str],
+                     cases: Sequence[dict[str, Any]], out: Path, allocation: Allocation | None = None,
+                     **bench: Any) -> pd.DataFrame | None:
+    """The benchmark of `models` and `cases` repeated at the survey's `setting`: its workers on the
+    real network (`bs.REAL`, no emulation), started as a run's ranks are (one srun step across the
+    job's nodes; `bench`: batch_size, steps, warmup, repeats, backend of `bs.bench_schedules`), its
+    rows written to `out`; only where some claim is `measured` there (`covered`) and the runs can
+    span it (`PaperSetting.can_run`: `allocation`, default this process's), else None (nothing run)."""
+    if not measured:
+        print("at the survey's setting: no projected claim is about this benchmark's models "
+              f"({', '.join(models)}; paper_setting names {', '.join(setting.models) or 'none'})")
+        return None
+    if not setting.can_run(setting.nproc, allocation):
+        print(f"at the survey's setting: not run, this allocation cannot span {setting.describe()}")
+        return None
+    return bs.bench_schedules(models=list(models), cases=list(cases), nprocs=[setting.nproc], networks={bs.REAL: None},
+                              out=out, **bench)
+
+
+def decide_at_setting(claims: Claims, setting: PaperSetting, bench: pd.DataFrame | None, measured: Sequence[str],
+                      small_model: str, large_model: str, by_intensity: Sequence[str]) -> list[str]:
+    """Decide the projected claims `measured` (`covered`) from the benchmark at the survey's setting
+    (`bench_at_setting`) where its timings span it (`PaperSetting.spanned_by_benchmark`): the
+    measured claim's per-round ratios on the real network (`round_ratios`), their median and
+    distribution-free interval (`AT_SETTING_STAT`). Returns the claim ids so decided."""
+    if bench is None:
+        return []
+    spanned, why = setting.spanned_by_benchmark(bench)
+    if not spanned:
+        print(f"at the survey's setting: the benchmark did not span it ({why}); the claims stay projected")
+        return []
+    p = int(bench.nproc.max())
+    ratios = round_ratios(bench, p, small_model, large_model, by_intensity, bs.REAL)
+    decided = []
+    for cid in measured:
+        base = next(m for m in MEASURED_IDS if cid.startswith(f"proj_{m}_"))
+        r, what = ratios[base]
+        pj.decide_at_setting(claims, cid, r.dropna(), why, f"{what}, p = {p}, {bench.backend.iloc[0]}, on "
+                             f"{bench.hosts.iloc[0]}; per round {per_round(r.dropna())}", unit="rounds")
+        decided.append(cid)
+    return decided
 
 
 def simulator_check(bench: pd.DataFrame, models: Sequence[str], cases: Sequence[dict[str, Any]],
@@ -207,12 +295,13 @@ def projection_roles(out: Path) -> tuple[dict[str, Profile], pd.DataFrame, str, 
 
 def decide_projection(claims: Claims, bands: dict[str, RatioBand | None], profiles: dict[str, Profile],
                       small_model: str, large_model: str, by_i: Sequence[str],
-                      out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      out: Path, measured: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Project every method (`PROJ_CASES`) at 4..32 workers on each fabric (out/projection.csv) and
-    decide the projected claims at 32 workers within their bands: WFBP / fusion of `small_model`,
-    PS / PS + partition of `large_model`, the smallest best all-reduce efficiency ratio of intensity
-    neighbours (`by_i`), higher-I / lower-I. Returns the projection (`fabric`: the network's name)
-    and the efficiency of every method at 32 workers (rows: fabric and model)."""
+    decide the projected claims at 32 workers within their bands, but those decided at the survey's
+    setting (`measured`, `decide_at_setting`): WFBP / fusion of `small_model`, PS / PS + partition
+    of `large_model`, the smallest best all-reduce efficiency ratio of intensity neighbours
+    (`by_i`), higher-I / lower-I. Returns the projection (`fabric`: the network's name) and the
+    efficiency of every method at 32 workers (rows: fabric and model)."""
     proj = pd.concat([pj.project(p, PROJ_CASES, PROJ_NPROCS, list(PROJ_NETS.values()), PROJ_GPUS_PER_NODE, PROJ_INTRA)
                       .assign(fabric=lambda d: d.net) for p in profiles.values()],   # the sweep labels each network by its name
                      ignore_index=True)
@@ -222,18 +311,21 @@ def decide_projection(claims: Claims, bands: dict[str, RatioBand | None], profil
         net = named_net(spec)[0]
         step, eff = at.loc[net].step_s, at.loc[net].efficiency
         lab = lambda m: pj.describe(profiles[m], PROJ_P, net, PROJ_GPUS_PER_NODE, PROJ_INTRA)   # noqa: E731
-        r = step[(small_model, "WFBP")] / step[(small_model, "tensor fusion")]
-        pj.decide(claims, f"proj_fusion_beats_wfbp_{f}", r, lab(small_model), bands[f"proj_fusion_beats_wfbp_{f}"],
-                  f"WFBP {1e3 * step[(small_model, 'WFBP')]:.1f} ms, fusion {1e3 * step[(small_model, 'tensor fusion')]:.1f} ms")
-        r = step[(large_model, "PS")] / step[(large_model, "PS + partition")]
-        pj.decide(claims, f"proj_ps_partition_helps_{f}", r, lab(large_model), bands[f"proj_ps_partition_helps_{f}"],
-                  f"PS {1e3 * step[(large_model, 'PS')]:.1f} ms, PS + partition {1e3 * step[(large_model, 'PS + partition')]:.1f} ms")
-        best = {m: eff[m][ALLREDUCE].max() for m in by_i}
-        r, lo, hi = min((best[hi] / best[lo], lo, hi) for lo, hi in zip(by_i, by_i[1:]))
-        label = "projection: " + ", ".join(f"{m} b{profiles[m].batch_size}" for m in by_i) + " on " + lab(by_i[0]).split(" on ", 1)[1]
-        pj.decide(claims, f"proj_ranking_follows_intensity_{f}", r, label, bands[f"proj_ranking_follows_intensity_{f}"],
-                  f"by I: {' < '.join(by_i)}; best efficiency " + ", ".join(f"{m} {best[m]:.2f}" for m in by_i)
-                  + f"; smallest neighbour ratio {hi}/{lo}")
+        if f"proj_fusion_beats_wfbp_{f}" not in measured:
+            r = step[(small_model, "WFBP")] / step[(small_model, "tensor fusion")]
+            pj.decide(claims, f"proj_fusion_beats_wfbp_{f}", r, lab(small_model), bands[f"proj_fusion_beats_wfbp_{f}"],
+                      f"WFBP {1e3 * step[(small_model, 'WFBP')]:.1f} ms, fusion {1e3 * step[(small_model, 'tensor fusion')]:.1f} ms")
+        if f"proj_ps_partition_helps_{f}" not in measured:
+            r = step[(large_model, "PS")] / step[(large_model, "PS + partition")]
+            pj.decide(claims, f"proj_ps_partition_helps_{f}", r, lab(large_model), bands[f"proj_ps_partition_helps_{f}"],
+                      f"PS {1e3 * step[(large_model, 'PS')]:.1f} ms, PS + partition {1e3 * step[(large_model, 'PS + partition')]:.1f} ms")
+        if f"proj_ranking_follows_intensity_{f}" not in measured:
+            best = {m: eff[m][ALLREDUCE].max() for m in by_i}
+            r, lo, hi = min((best[hi] / best[lo], lo, hi) for lo, hi in zip(by_i, by_i[1:]))
+            label = "projection: " + ", ".join(f"{m} b{profiles[m].batch_size}" for m in by_i) + " on " + lab(by_i[0]).split(" on ", 1)[1]
+            pj.decide(claims, f"proj_ranking_follows_intensity_{f}", r, label, bands[f"proj_ranking_follows_intensity_{f}"],
+                      f"by I: {' < '.join(by_i)}; best efficiency " + ", ".join(f"{m} {best[m]:.2f}" for m in by_i)
+                      + f"; smallest neighbour ratio {hi}/{lo}")
     return proj, at.efficiency.unstack("label")[ALLREDUCE + ["PS", "PS + partition"]]
 
 

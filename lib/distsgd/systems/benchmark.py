@@ -20,9 +20,11 @@ bandwidth and a tenth of the latency (the papers' 10 Gb/s Ethernet vs 100 Gb/s I
 "real" (`REAL`) is no emulation: the backend's own interconnect (NVLink, InfiniBand, ... with NCCL).
 
 Rows are appended to the CSV by rank 0 as they are measured (`append_row`), so an interrupted
-benchmark keeps what it measured. `backend="nccl"` runs every rank on its own GPU
-(cuda:LOCAL_RANK) and synchronises the device before reading the clock; `launcher="env"` runs the
-benchmark on the ranks torchrun/srun started (one group: the job's WORLD_SIZE), like
+benchmark keeps what it measured; each names the hosts its group ran on (`hosts`). `backend="nccl"`
+runs every rank on its own GPU (cuda:LOCAL_RANK) and synchronises the device before reading the
+clock. A group of p ranks starts as a run's do (`launcher` "auto", `training.launch.on_ranks`): local
+processes on one machine, one srun step across the nodes of a SLURM job of several; `launcher="env"`
+runs the benchmark on the ranks torchrun/srun started (one group: the job's WORLD_SIZE), like
 `train --launcher env`.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ import functools
 import os
 import random
 import resource
+import socket
 import statistics
 import sys
 import tempfile
@@ -47,7 +50,8 @@ from ..training.caps import Caps
 from .cases import DEFAULT_CASES
 from ..errors import ConfigError
 from ..training.cluster import adopt_slurm_env
-from ..training.launch import on_ranks, on_this_rank
+from ..training.allocation import Allocation
+from ..training.launch import detect_launcher, on_ranks, on_this_rank
 from ..models.transformer import BERT_VOCAB
 from ..training.step import train_steps
 
@@ -68,7 +72,7 @@ NUM_CLASSES = 10
 NETWORKS = {"10GbE-like": (1.0, 0.015), "IB-like": (0.1, 0.0015)}   # (comm_ratio, latency_ratio)
 REAL = "real"                   # a network name: no emulation, the backend's own interconnect
 BACKENDS = ("gloo", "nccl")
-LAUNCHERS = ("spawn", "env")
+LAUNCHERS = ("auto", "spawn", "srun", "env")
 
 
 def synthetic_batches(shape: tuple[int, ...], batch_size: int, seed: int, vocab: int | None = None,
@@ -245,10 +249,32 @@ def scaled_net(compute_s: float, nbytes: int, p: int, comm_ratio: float, latency
 
 
 # ---------------------------------------------------------------------- the benchmark
+HOST_BYTES = 64                 # a host name's bytes in `group_hosts` (longer names are cut)
+
+
+def group_hosts(comm: Any) -> list[str]:
+    """Every rank's host name (`socket.gethostname`, its first `HOST_BYTES` bytes), in rank order:
+    each rank writes its name's bytes into its row of a world x `HOST_BYTES` table of zeros and the
+    tables are summed (`Comm.reduce_uncounted`, not in the ledger)."""
+    name = socket.gethostname().encode()[:HOST_BYTES]
+    table = torch.zeros(comm.world_size, HOST_BYTES, dtype=torch.int32, device=comm.device)
+    table[comm.rank, :len(name)] = torch.tensor(list(name), dtype=torch.int32, device=comm.device)
+    rows = comm.reduce_uncounted(table).cpu().tolist()
+    return [bytes(c for c in row if c).decode(errors="replace") for row in rows]
+
+
 def append_row(path: Path, row: dict[str, Any]) -> None:
     """Append `row` to the CSV `path`, with the header first when the file is new or empty."""
     write_header = not path.exists() or path.stat().st_size == 0
     pd.DataFrame([row]).to_csv(path, mode="a", header=write_header, index=False)
+
+
+def compute_models(models: list[str], net_reference: str | None) -> list[str]:
+    """The models whose compute a benchmark group measures first, in the same order on every rank:
+    `models`, then `net_reference` where it is another (a set's order would differ between ranks
+    started as separate processes, as an srun step starts them, so the ranks would time different
+    models at once and scale the networks to different computes)."""
+    return list(dict.fromkeys([*models, net_reference or models[0]]))
 
 
 def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tuple[int, ...]],
@@ -265,13 +291,14 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
 
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     bookkeeping = Comm(rank, world, device)
+    hosts = " ".join(sorted(set(group_hosts(bookkeeping))))
 
     def timed(case: Case, extra_warmup: int = 0) -> Timed:
         return time_case(case, rank, world, batch_size, steps, warmup + extra_warmup, shapes[case.model], device,
                          depth)
 
     compute = {m: statistics.median(timed(Case(m, "compute")).step_s for _ in range(2))
-               for m in {*models, net_reference or models[0]}}
+               for m in compute_models(models, net_reference)}
     nets: dict[tuple[str, str], str] = {}
     for model in models:
         ref = net_reference or model
@@ -294,7 +321,8 @@ def _bench_group(rank: int, world: int, models: list[str], shapes: dict[str, tup
                     model=case.model, label=case.label, algo=case.algo, params=str(case.params), nproc=world,
                     net_name=case.net_name, net=case.net, repeat=r, step_s=t, host_s=host,
                     grad_bytes=grad_bytes(case.model, depth),
-                    throughput=world * batch_size / t, batch_size=batch_size, backend=backend, peak_rss_mb=rss))
+                    throughput=world * batch_size / t, batch_size=batch_size, backend=backend, peak_rss_mb=rss,
+                    hosts=hosts))
 
 
 def check_bench_inputs(models: list[str], cases: list[dict], networks: dict, backend: str, launcher: str,
@@ -324,13 +352,18 @@ def check_bench_inputs(models: list[str], cases: list[dict], networks: dict, bac
             raise ConfigError("backend", backend, BACKENDS, "nccl needs one CUDA GPU per rank; this host has none")
         if max(nprocs) > gpus:
             raise ConfigError("nprocs", max(nprocs), f"at most {gpus} (GPUs on this host, one per rank)")
+    if backend == "nccl" and launcher == "srun":
+        allocation = Allocation.detect()
+        if max(nprocs) > allocation.gpus:
+            raise ConfigError("nprocs", max(nprocs), f"at most {allocation.gpus}",
+                              f"{max(nprocs)} ranks of one GPU each do not fit {allocation.describe()}")
 
 
 def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Iterable[dict] | None = None,
                     nprocs: Iterable[int] = (2, 4), networks: dict[str, tuple[float, float] | None] | None = None,
                     batch_size: int = 16, steps: int = 8, warmup: int = 3, repeats: int = 3,
                     net_reference: str | None = None, out: str | Path | None = None,
-                    caps: Caps | None = None, backend: str = "gloo", launcher: str = "spawn") -> pd.DataFrame:
+                    caps: Caps | None = None, backend: str = "gloo", launcher: str = "auto") -> pd.DataFrame:
     """Time every case on every model, p and network. A case is a dict: algo (a registered
     algorithm, or "compute": no communication), params, label, and
     optionally warmup (extra untimed steps, e.g. for DeAR's online tuner). A network is
@@ -338,15 +371,18 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     the CSV `out` (a temporary file if None) one tidy row per measurement as it is measured: model,
     label, algo, params, nproc, net_name, net, repeat, step_s, host_s (`Timed`), grad_bytes, throughput (samples/s
     over all ranks), batch_size, backend, peak_rss_mb (the largest peak resident memory of any rank
-    so far, MiB); an interrupted benchmark leaves these. Once every case ran, the file is rewritten
+    so far, MiB), hosts (the group's hosts, `group_hosts`); an interrupted benchmark leaves these. Once every case ran, the file is rewritten
     with compute_s (median compute-only step time of that model and p) and efficiency
     (compute_s / step_s) added, and that is what is returned. Rows labelled 'compute' are the
     no-communication baseline (net_name 'none').
 
     `backend` "nccl": one GPU per rank (cuda:LOCAL_RANK). `launcher` "spawn": one group of p local
-    ranks per p in `nprocs`; "env": this process is a rank started by torchrun/srun and the group is
-    the job's (`nprocs` is ignored); rank 0 writes the CSV and returns the rows, the other ranks an
-    empty DataFrame. A group has no deadline (it may run for hours): a dead peer fails a collective
+    ranks per p in `nprocs`; "srun": one srun step of p ranks per p across this SLURM job's nodes
+    (`training.launch.on_ranks`; `out` must then be on a file system rank 0's node sees, as the
+    results root is); "env": this process is a rank started by torchrun/srun and the group is the
+    job's (`nprocs` is ignored), rank 0 writes the CSV and returns the rows, the other ranks an empty
+    DataFrame; "auto" (default): as a run's (`training.launch.detect_launcher`), so srun in a job of
+    several nodes and local ranks on one machine. A group has no deadline (it may run for hours): a dead peer fails a collective
     within its timeout, and the launcher stops the group when a rank fails. `caps` (default: `Caps.from_env()`, which the full-profile dry run sets) bound
     p and the batch as they bound a run's (`distsgd.training.caps`), the sequence length of the text
     encoders' inputs, the CNNs' image side and the models' repeated blocks (`bench_model`)."""
@@ -355,11 +391,12 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
     networks = dict(NETWORKS if networks is None else networks)
     models = list(models)
     nprocs = sorted({caps.bound("nproc", p) for p in nprocs})
+    launcher = detect_launcher(launcher) if launcher in LAUNCHERS else launcher
     check_bench_inputs(models, cases, networks, backend, launcher, nprocs)
     batch_size = caps.bound("batch_size", batch_size)
     shapes = {m: input_shape(m, caps) for m in {*models, *([net_reference] if net_reference else [])}}
     with tempfile.TemporaryDirectory(prefix="distsgd-bench-") as tmp:
-        path = Path(tmp) / "bench.csv" if out is None else Path(out)
+        path = Path(tmp) / "bench.csv" if out is None else Path(out).absolute()
         args = (models, shapes, cases, networks, batch_size, steps, warmup, repeats, net_reference, path, backend,
                 caps.depth)
         if launcher == "env":
@@ -372,7 +409,8 @@ def bench_schedules(models: Iterable[str] = ("mlp", "transformer"), cases: Itera
         else:
             _start_csv(path)
             for p in nprocs:
-                on_ranks(_bench_group, p, *args, join=backend, timeout=None)   # a group runs for hours
+                on_ranks(_bench_group, p, *args, join=backend, timeout=None,   # a group runs for hours
+                         launcher=launcher)
         df = with_efficiency(pd.read_csv(path, keep_default_na=False))
         df.to_csv(path, index=False)
         return df

@@ -72,9 +72,10 @@ def add_schedule_bench_args(b: argparse.ArgumentParser) -> None:
                         "compute), real (no emulation); default: the two emulated ones, and real with nccl")
     g.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
                    help="nccl: one GPU per rank (cuda:LOCAL_RANK)")
-    g.add_argument("--launcher", default="auto", choices=["auto", "spawn", "env"],
-                   help="spawn: local ranks; env: this process is a rank of torchrun/srun (auto: env "
-                        "when RANK and WORLD_SIZE are set)")
+    g.add_argument("--launcher", default="auto", choices=["auto", "spawn", "srun", "env"],
+                   help="spawn: local ranks; srun: one srun step per p across this SLURM job's nodes; env: "
+                        "this process is a rank of torchrun/srun (auto: as a run's, env when RANK and "
+                        "WORLD_SIZE are set, srun in a job of several nodes, else spawn)")
     g.add_argument("--steps", type=int, default=8, help="timed iterations per case")
     g.add_argument("--warmup", type=int, default=3, help="untimed iterations per case")
     g.add_argument("--batch-size", type=int, default=16, help="per rank")
@@ -234,13 +235,12 @@ def cmd_bench_schedules(args: argparse.Namespace) -> int:
     """`python -m distsgd bench`: time every schedule (repeats = --reps), append each row to the
     CSV as it is measured, print the medians (rank 0)."""
     from .benchmark import bench_schedules, medians
-    from ..training.launch import detect_launcher
 
     df = bench_schedules(models=args.models.split(","), cases=_bench_cases(args.algos),
                          nprocs=[int(p) for p in args.nprocs.split(",")],
                          networks=_bench_networks(args.nets, args.backend), batch_size=args.batch_size,
                          steps=args.steps, warmup=args.warmup, repeats=args.reps, out=args.csv,
-                         backend=args.backend, launcher=detect_launcher(args.launcher, spans_nodes=False))
+                         backend=args.backend, launcher=args.launcher)
     if len(df):
         print(medians(df).to_string(index=False))
         print(f"wrote {args.csv} (peak resident memory of a rank: {df.peak_rss_mb.max():.0f} MiB)")

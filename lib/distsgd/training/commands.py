@@ -1,4 +1,4 @@
-"""The commands of runs: `train`, `list`, `show`, `results`, `worker` (`distsgd.cli` dispatches).
+"""The commands of runs: `train`, `list`, `show`, `results`, `worker`, `call` (`distsgd.cli` dispatches).
 
 `register(sub)` adds their parsers to the command line's subparsers and returns each command's
 handler; `add_config_options` gives `train` one option per `Config` field (its help, choices and
@@ -21,7 +21,7 @@ _CONFIG_TYPES = typing.get_type_hints(Config)   # field name -> type (the annota
 
 
 def register(sub: "argparse._SubParsersAction") -> dict[str, Callable[[argparse.Namespace], int]]:
-    """Add the parsers of train, list, show, results and worker to `sub`; their handlers by name."""
+    """Add the parsers of train, list, show, results, worker and call to `sub`; their handlers by name."""
     t = sub.add_parser("train", help="train one configuration and print its summary",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_options(t)
@@ -54,8 +54,11 @@ def register(sub: "argparse._SubParsersAction") -> dict[str, Callable[[argparse.
 
     w = sub.add_parser("worker", help="(internal) run one rank of a prepared run directory")
     w.add_argument("run_dir", type=Path)
+    c = sub.add_parser("call", help="(internal) run one rank of a prepared on_ranks call (a benchmark's)")
+    c.add_argument("call_dir", type=Path)
     return {"train": cmd_train, "list": lambda _args: cmd_list(), "show": lambda a: cmd_show(a.run_dir),
-            "results": lambda a: cmd_results(a.directory, a.csv, a.metrics), "worker": lambda a: cmd_worker(a.run_dir)}
+            "results": lambda a: cmd_results(a.directory, a.csv, a.metrics), "worker": lambda a: cmd_worker(a.run_dir),
+            "call": lambda a: cmd_call(a.call_dir)}
 
 
 def _kind(f: dataclasses.Field) -> type:
@@ -226,3 +229,10 @@ def cmd_worker(run_dir: Path) -> int:
     from .worker import main as worker_main
 
     return worker_main(run_dir)
+
+
+def cmd_call(call_dir: Path) -> int:
+    """One rank of an `on_ranks` call's srun step (`distsgd.training.launch.call_main`)."""
+    from .launch import call_main
+
+    return call_main(call_dir)

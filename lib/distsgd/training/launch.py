@@ -33,10 +33,14 @@ $DISTSGD_LAUNCHER asks (spawn or srun); else srun inside a SLURM job of several 
 within one of its steps), else spawn. Every run is checked against the GPUs it may use before any
 rank starts (`distsgd.training.allocation.check_fits`, called by `distsgd.run`).
 
-`on_ranks(fn, p, ...)` (benchmarks, tests) starts its ranks through the same mechanism as a run:
-`start_ranks` (forkserver, environment, file rendezvous on loopback, output to a per-rank log) and
-`supervise` (fail fast when a rank dies, `WorkerError` naming the rank and its cause, a deadline so
-that nothing hangs); only what a rank runs differs. `on_this_rank` is its `env` counterpart.
+`on_ranks(fn, p, ...)` (benchmarks, tests) starts its ranks through the same mechanisms as a run,
+chosen the same way: locally (`start_ranks`: forkserver, environment, file rendezvous on loopback,
+output to a per-rank log; `supervise`: fail fast when a rank dies, `WorkerError` naming the rank
+and its cause), or as one srun step across the allocation's nodes (`start_step`, `wait_step`: the
+same command, rendezvous, per-rank logs and failure report as a run's step), each rank running
+``python -m distsgd call CALL_DIR``. Only what a rank runs differs: the call's function and
+arguments, pickled into the call's directory, and each rank's return value pickled back beside
+them (`_call_on_rank`, `call_main`); a deadline so that nothing hangs. `on_this_rank` is its `env` counterpart.
 """
 from __future__ import annotations
 
@@ -44,8 +48,10 @@ import functools
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -60,10 +66,11 @@ from pathlib import Path
 
 from ..comm.comm import INIT_METHOD_ENV
 from .allocation import Allocation, wants_gpus
-from .cluster import expand_nodelist
+from .cluster import adopt_slurm_env, expand_nodelist
 from .config import Config
 from ..errors import ConfigError, WorkerError
-from ..files import write_text_atomic
+from ..paths import results_root
+from ..files import write_bytes_atomic, write_text_atomic
 from .liveness import LAUNCHER_ERROR
 from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
 
@@ -82,19 +89,15 @@ def launcher_for(config: Config) -> str:
     return detect_launcher(config.launcher)
 
 
-def detect_launcher(choice: str, env: Mapping[str, str] = os.environ, spans_nodes: bool = True) -> str:
+def detect_launcher(choice: str, env: Mapping[str, str] = os.environ) -> str:
     """`choice` ('spawn', 'srun' or 'env'), or for 'auto': 'env' when this process was started by
     torchrun/srun with a world set (RANK and WORLD_SIZE); else $DISTSGD_LAUNCHER ('spawn' or
     'srun'); else 'srun' inside a SLURM job of several nodes, from its batch script or an
-    allocation's shell (not from within one of its steps, SLURM_STEP_ID); else 'spawn'.
-    `spans_nodes` False (what starts its ranks on this host only: the benchmarks): 'auto' is
-    'env' or 'spawn'."""
+    allocation's shell (not from within one of its steps, SLURM_STEP_ID); else 'spawn'."""
     if choice != "auto":
         return choice
     if "WORLD_SIZE" in env and "RANK" in env:
         return "env"
-    if not spans_nodes:
-        return "spawn"
     asked = env.get(LAUNCHER_ENV, "")
     if asked:
         if asked not in ("spawn", "srun"):
@@ -203,66 +206,86 @@ def step_nodes(nproc: int, allocation: Allocation, gpus: bool) -> list[str]:
     return list(allocation.nodes[:count])
 
 
-def srun_command(config: Config, run_dir: Path, allocation: Allocation, gpus: bool,
-                 extra: Sequence[str] = (), cpus_on_node: int = 1) -> list[str]:
-    """The srun command of the run of `config` in `run_dir`: one step of `config.nproc` tasks,
-    one per rank, block-distributed over `step_nodes`, that may share the allocation's CPUs with
-    other steps (``--overlap``: notebooks run side by side), stopped when a rank fails
-    (``--kill-on-bad-exit``), each rank's output in RUN_DIR/ranks/rank<r>.log. GPU ranks get an
-    equal share of a node's `cpus_on_node` CPUs; CPU ranks one CPU each, more ranks than CPUs
-    allowed (``--overcommit``, as a local run shares the cores). `extra`: the site's options,
-    before the command."""
-    nodes = step_nodes(config.nproc, allocation, gpus)
-    per_node = -(-config.nproc // len(nodes))
+def srun_command(name: str, nproc: int, run_dir: Path, allocation: Allocation, gpus: bool,
+                 command: Sequence[str], extra: Sequence[str] = (), cpus_on_node: int = 1) -> list[str]:
+    """The srun command of one step named `name` in `run_dir` (a run's, or an `on_ranks` call's):
+    `nproc` tasks, one per rank, block-distributed over `step_nodes`, that may share the
+    allocation's CPUs with other steps (``--overlap``: notebooks run side by side), stopped when a
+    rank fails (``--kill-on-bad-exit``), each rank's output in RUN_DIR/ranks/rank<r>.log, each
+    running ``python -m distsgd COMMAND...``. GPU ranks get an equal share of a node's
+    `cpus_on_node` CPUs; CPU ranks one CPU each, more ranks than CPUs allowed (``--overcommit``, as
+    a local run shares the cores). `extra`: the site's options, before the command."""
+    nodes = step_nodes(nproc, allocation, gpus)
+    per_node = -(-nproc // len(nodes))
     cpus = max(1, cpus_on_node // per_node) if gpus else 1
-    cmd = ["srun", f"--job-name={config.run_name()}", f"--nodes={len(nodes)}", f"--ntasks={config.nproc}",
+    cmd = ["srun", f"--job-name={name}", f"--nodes={len(nodes)}", f"--ntasks={nproc}",
            f"--ntasks-per-node={per_node}", f"--nodelist={','.join(nodes)}", "--distribution=block",
            f"--cpus-per-task={cpus}", "--overlap", "--kill-on-bad-exit=1",
            f"--output={run_dir / 'ranks' / 'rank%t.log'}"]
     if not gpus:
         cmd.append("--overcommit")
-    return cmd + list(extra) + [sys.executable, "-m", "distsgd", "worker", str(run_dir)]
+    return cmd + list(extra) + [sys.executable, "-m", "distsgd", *command]
 
 
 def srun_env(master: str, port: int, gpus: bool) -> dict[str, str]:
     """The environment srun passes to every rank of a step: this process's, without a local
-    rank's variables, with the run's rendezvous (MASTER_ADDR, MASTER_PORT), rank 0's progress
-    in a file, NCCL's asynchronous error handling, one intra-op thread per CPU rank."""
+    rank's variables, with the step's rendezvous (MASTER_ADDR, MASTER_PORT), rank 0's progress
+    in a file, NCCL's asynchronous error handling, one intra-op thread per CPU rank, and one
+    string hash seed for all (PYTHONHASHSEED, this process's where set, else 0): ranks forked
+    locally share their parent's, so a set of strings iterates in one order on every rank."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", INIT_METHOD_ENV)}
     env.update({"MASTER_ADDR": master, "MASTER_PORT": str(port), PROGRESS_ENV: "file"})
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env.setdefault("PYTHONHASHSEED", "0")
     if not gpus:
         env["OMP_NUM_THREADS"] = "1"
     return env
 
 
-def srun(config: Config, run_dir: Path, allocation: Allocation) -> None:
-    """Start the ranks of `config` as one srun step across `allocation` (the module doc) and wait
-    for it; a failed rank raises `WorkerError` (`step_failure`). Leaving early (Ctrl-C in the
-    kernel) stops the step."""
-    gpus = wants_gpus(config, allocation.gpus_per_node > 0)
-    cmd = srun_command(config, run_dir, allocation, gpus, shlex.split(os.environ.get(SRUN_ARGS_ENV, "")),
+def start_step(name: str, nproc: int, run_dir: Path, allocation: Allocation, gpus: bool,
+               command: Sequence[str]) -> subprocess.Popen:
+    """Start one srun step of `nproc` ranks across `allocation` (`srun_command`, with the site's
+    options from $DISTSGD_SRUN_ARGS and this node's CPUs), meeting at a rendezvous of its own:
+    rank 0's TCP store on the step's first node at a port free on this host (`srun_env`). srun's
+    own output goes to RUN_DIR/ranks/srun.log, after the command."""
+    cmd = srun_command(name, nproc, run_dir, allocation, gpus, command,
+                       shlex.split(os.environ.get(SRUN_ARGS_ENV, "")),
                        int(os.environ.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1))
-    env = srun_env(step_nodes(config.nproc, allocation, gpus)[0], free_port(), gpus)
+    env = srun_env(step_nodes(nproc, allocation, gpus)[0], free_port(), gpus)
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
     with open(ranks / SRUN_LOG, "w") as log:
         log.write(shlex.join(cmd) + "\n")
         log.flush()
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def wait(poll: Callable[[], None]) -> None:
-        try:
-            while proc.poll() is None:
+
+def wait_step(proc: subprocess.Popen, run_dir: Path, poll: Callable[[], None] | None = None,
+              timeout: float | None = None) -> None:
+    """Wait for the srun step `proc` (`start_step`) to end, calling `poll` every 0.1 s; a failed
+    rank raises `WorkerError` (`step_failure`), a step still running after `timeout` s is stopped
+    and raises TimeoutError. Leaving early (Ctrl-C in the kernel) stops the step."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            if poll is not None:
                 poll()
-                time.sleep(0.1)
-        finally:
-            _stop_step(proc)
-        if proc.returncode:
-            raise step_failure(run_dir, proc.returncode)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"srun step still running after {timeout:g} s: stopped")
+            time.sleep(0.1)
+    finally:
+        _stop_step(proc)
+    if proc.returncode:
+        raise step_failure(run_dir, proc.returncode)
 
-    _watch(config, run_dir, wait)
+
+def srun(config: Config, run_dir: Path, allocation: Allocation) -> None:
+    """Start the ranks of `config` as one srun step across `allocation` (the module doc), each
+    running ``python -m distsgd worker RUN_DIR``, and wait for it (`wait_step`)."""
+    gpus = wants_gpus(config, allocation.gpus_per_node > 0)
+    proc = start_step(config.run_name(), config.nproc, run_dir, allocation, gpus, ["worker", str(run_dir)])
+    _watch(config, run_dir, lambda poll: wait_step(proc, run_dir, poll))
 
 
 def _stop_step(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -344,15 +367,24 @@ def _rank_main(env: dict[str, str], log: str, body: Callable[[], int | None]) ->
     sys.exit(body())
 
 
-def _call_on_rank(run_dir: Path, join: str | None, fn: Callable, args: tuple, queue) -> int:
-    """The body of an `on_ranks` rank: join the group, fn(rank, world, *args), its result on
-    `queue`; on any error its traceback where `supervise` looks for this rank's cause."""
+CALL_FILE = "call.pkl"                # an `on_ranks` call's function, arguments and group, in CALL_DIR
+
+
+def result_file(run_dir: Path, rank: int) -> Path:
+    """Where rank `rank` of an `on_ranks` call leaves its pickled return value."""
+    return run_dir / "ranks" / f"result_rank{rank}.pkl"
+
+
+def _call_on_rank(run_dir: Path, join: str | None, fn: Callable, args: tuple) -> int:
+    """The body of an `on_ranks` rank, local or in an srun step: join the group, fn(rank, world,
+    *args), its result pickled to `result_file`; on any error its traceback where the launcher
+    looks for this rank's cause."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         if join:
             join_local_group(join)
         out = fn(rank, world, *args)
-        queue.put((rank, out))
+        write_bytes_atomic(result_file(run_dir, rank), pickle.dumps(out))
         if join:
             import torch.distributed as dist
             dist.destroy_process_group()
@@ -360,6 +392,19 @@ def _call_on_rank(run_dir: Path, join: str | None, fn: Callable, args: tuple, qu
         record_error(run_dir)
         raise
     return 0
+
+
+def call_main(call_dir: Path) -> int:
+    """`python -m distsgd call CALL_DIR`: one rank of an `on_ranks` call's srun step, its place
+    read from SLURM's variables (`cluster.adopt_slurm_env`), running the call's function on its
+    arguments (CALL_DIR/call.pkl) with the local ranks' body (`_call_on_rank`)."""
+    try:
+        fn, args, join = pickle.loads((call_dir / CALL_FILE).read_bytes())
+        adopt_slurm_env(join or "gloo")
+    except BaseException:
+        record_error(call_dir)
+        raise
+    return _call_on_rank(call_dir, join, fn, args)
 
 
 def join_local_group(backend: str) -> None:
@@ -377,37 +422,62 @@ def join_local_group(backend: str) -> None:
 
 
 def on_ranks(fn: Callable, world: int, *args: Any, timeout: float | None = 900,
-             join: str | None = "gloo") -> list[Any]:
-    """`fn(rank, world, *args)` on `world` fresh local processes, every rank's return value in rank
-    order: the benchmarks' and the tests' rank launcher, on a run's mechanism (`start_ranks`,
-    `supervise`). The ranks first join one `join` process group ("gloo", or "nccl" with one GPU per
-    rank; None: `fn` joins it, e.g. with `Comm.from_env`). `fn` must be importable (a module's
-    function, or one of the running script's). A failing rank raises `WorkerError` naming the rank
-    and its traceback (or how it died); ranks still running after `timeout` s raise TimeoutError
-    (None: no deadline, for work of unknown length whose collectives time out on their own)."""
+             join: str | None = "gloo", launcher: str = "auto") -> list[Any]:
+    """`fn(rank, world, *args)` on `world` fresh ranks, every rank's return value in rank order:
+    the benchmarks' and the tests' rank launcher, on a run's mechanisms. `launcher` 'spawn': local
+    processes (`start_ranks`, `supervise`); 'srun': one srun step across this SLURM job's nodes
+    (`start_step`, `wait_step`), the call (fn, args) and the ranks' results passed as pickles through
+    a directory under the results root, which every node sees (removed once every rank returned;
+    kept with the ranks' logs when one failed); 'auto': as a run's (`detect_launcher`; under
+    torchrun/srun, 'env', a local group of its own). The ranks first join one `join` process group
+    ("gloo", or "nccl" with one GPU per rank; None: `fn` joins it, e.g. with `Comm.from_env`). `fn`
+    must be importable (a module's function, or locally one of the running script's). A failing
+    rank raises `WorkerError` naming the rank and its traceback (or how it died); ranks still
+    running after `timeout` s raise TimeoutError (None: no deadline, for work of unknown length
+    whose collectives time out on their own)."""
+    how = detect_launcher(launcher)
+    if how not in ("spawn", "srun", "env"):
+        raise ConfigError("launcher", launcher, ("auto", "spawn", "srun"))
+    if how == "srun":
+        return _on_srun(fn, world, args, timeout, join, Allocation.detect())
     import torch
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
-    queue = ctx.Queue()
     gpus = torch.cuda.device_count() if join == "nccl" else 0
-    results: dict[int, Any] = {}
-
-    def collect() -> None:                  # drained while waiting: a full pipe would block a rank
-        while not queue.empty():
-            rank, value = queue.get()
-            results[rank] = value
-
     with tempfile.TemporaryDirectory(prefix="distsgd-ranks-") as tmp:
         run_dir = Path(tmp)
         with start_ranks(ctx, run_dir, world, gpus, hide_main=False, body=lambda rank: functools.partial(
-                _call_on_rank, run_dir, join, fn, args, queue)) as procs:
-            supervise(procs, run_dir, poll=collect, timeout=timeout)
-        collect()
-    missing = sorted(set(range(world)) - set(results))
+                _call_on_rank, run_dir, join, fn, args)) as procs:
+            supervise(procs, run_dir, timeout=timeout)
+        return _results(run_dir, world)
+
+
+def _on_srun(fn: Callable, world: int, args: tuple, timeout: float | None, join: str | None,
+             allocation: Allocation) -> list[Any]:
+    """`on_ranks` as one srun step across `allocation` (its 'srun' launcher)."""
+    gpus = join == "nccl"
+    if gpus and world > allocation.gpus:
+        raise ConfigError("world", world, f"at most {allocation.gpus}",
+                          f"{world} ranks of one GPU each do not fit {allocation.describe()}")
+    name = getattr(fn, "__name__", "call").lstrip("_")
+    call_dir = results_root() / "calls" / f"{name}-{uuid.uuid4().hex[:12]}"
+    (call_dir / "ranks").mkdir(parents=True)
+    write_bytes_atomic(call_dir / CALL_FILE, pickle.dumps((fn, args, join)))
+    proc = start_step(name, world, call_dir, allocation, gpus, ["call", str(call_dir)])
+    wait_step(proc, call_dir, timeout=timeout)
+    out = _results(call_dir, world)
+    shutil.rmtree(call_dir, ignore_errors=True)
+    return out
+
+
+def _results(run_dir: Path, world: int) -> list[Any]:
+    """The ranks' return values of an `on_ranks` call (`result_file`) in rank order; `WorkerError`
+    naming the first rank that exited without leaving one."""
+    missing = [r for r in range(world) if not result_file(run_dir, r).exists()]
     if missing:
         raise WorkerError(missing[0], "the rank exited without returning its result")
-    return [results[r] for r in range(world)]
+    return [pickle.loads(result_file(run_dir, r).read_bytes()) for r in range(world)]
 
 
 def on_this_rank(fn: Callable, *args: Any, join: str | None = "gloo") -> Any:

@@ -195,16 +195,18 @@ def period_ratios(numerator: Result, denominator: Result, after: int = 0) -> pd.
     return (numerator.step_seconds(after) / denominator.step_seconds(after)).dropna()
 
 
-def decide_at_setting(claims: Claims, id: str, ratios: pd.Series, spanned: str, detail: str = "") -> str:
+def decide_at_setting(claims: Claims, id: str, ratios: pd.Series, spanned: str, detail: str = "",
+                      unit: str = "logged periods") -> str:
     """Decide claim `id`, registered with `register(..., at_setting=...)`, by the run's own
-    measurement at the paper's setting: `ratios`, one per logged period (e.g. `period_ratios`), their
-    median and its distribution-free 95% interval (`claims.median_interval`); `spanned` says which
-    runs spanned the setting (`PaperSetting.spanned_by`). Its measured text starts with
-    `setting.AT_SETTING` and ends with the number of periods. Returns the verdict."""
+    measurement at the paper's setting: `ratios`, one per logged period (e.g. `period_ratios`) or
+    per benchmark round (`unit` names which), their median and its distribution-free 95% interval
+    (`claims.median_interval`); `spanned` says which runs spanned the setting (`PaperSetting.
+    spanned_by`, `spanned_by_benchmark`). Its measured text starts with `setting.AT_SETTING` and
+    ends with the number of `unit`. Returns the verdict."""
     low, high = interval_or_nan(median_interval, ratios)
     estimate = float(ratios.median())
     return claims.decide(id, low, high, estimate, f"{AT_SETTING} ({spanned}); ratio {estimate:.3f}"
-                         + (f"; {detail}" if detail else "") + f"; {len(ratios)} logged periods")
+                         + (f"; {detail}" if detail else "") + f"; {len(ratios)} {unit}")
 
 
 def simulate_case(profile: Profile, case: dict[str, Any], nproc: int, net: str, gpus_per_node: int = 1,

@@ -7,7 +7,9 @@ resolved from the run:
 - **measured at the paper's setting** when the notebook's deciding runs span it (`PaperSetting.
   spanned_by`): each has at least the setting's workers (`nproc`), its ranks ran on at least the
   setting's `nodes` distinct hosts (each rank's pid file names its host), and it crossed the real
-  network between them (no emulated network, `Config.net` empty). The claim's interval is then the
+  network between them (no emulated network, `Config.net` empty); a benchmark's timings alike
+  (`spanned_by_benchmark`: each row's workers, the hosts its group ran on, no emulation). The
+  claim's interval is then the
   run's own (e.g. the distribution-free interval of a median over logged periods), and its
   `measured` text starts with `AT_SETTING`;
 - **projected** otherwise: the simulator at the paper's setting, within its measured error band
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
+
+import pandas as pd
 
 from ..comm.netmodel import parse_net
 from ..errors import ConfigError
@@ -106,14 +110,33 @@ class PaperSetting:
         if not runs:
             return False, "no run"
         for r in runs:
-            hosts = r.hosts()
-            if r.config.nproc < self.nproc:
-                return False, f"{r.path.name}: {r.config.nproc} workers, fewer than {self.nproc}"
-            if len(hosts) < self.nodes:
-                return False, f"{r.path.name}: ranks on {len(hosts)} host(s) ({', '.join(hosts)}), fewer than {self.nodes}"
-            if r.config.net and not (latency_added and adds_latency_only(r.config.net)):
-                return False, f"{r.path.name}: an emulated network ({r.config.net})"
+            short = self._short_of(r.path.name, r.config.nproc, r.hosts(), r.config.net, latency_added)
+            if short:
+                return False, short
         return True, f"{len(runs)} runs of {self.describe()}"
+
+    def spanned_by_benchmark(self, rows: pd.DataFrame) -> tuple[bool, str]:
+        """Whether every row of a benchmark (`systems.benchmark.bench_schedules`' columns: model,
+        label, nproc, hosts, net) spans the setting as `spanned_by` asks of a run: at least its
+        workers, on at least its hosts, on no emulated network; and why not (the first that does not)."""
+        if rows.empty:
+            return False, "no benchmark row"
+        for r in rows.itertuples():
+            short = self._short_of(f"{r.model} {r.label}", int(r.nproc), str(r.hosts).split(), str(r.net), False)
+            if short:
+                return False, short
+        return True, f"a benchmark of {len(rows)} timings, {self.describe()}"
+
+    def _short_of(self, name: str, nproc: int, hosts: list[str], net: str, latency_added: bool) -> str:
+        """Why a measurement named `name` of `nproc` workers on `hosts` over `net` (an emulated
+        network's spec, '' for the real one) does not span the setting; '' where it does."""
+        if nproc < self.nproc:
+            return f"{name}: {nproc} workers, fewer than {self.nproc}"
+        if len(hosts) < self.nodes:
+            return f"{name}: ranks on {len(hosts)} host(s) ({', '.join(hosts)}), fewer than {self.nodes}"
+        if net and not (latency_added and adds_latency_only(net)):
+            return f"{name}: an emulated network ({net})"
+        return ""
 
 
 def added_latency(latency: str) -> str:
