@@ -65,6 +65,12 @@ def job_state(job: str, env: dict[str, str]) -> str:
     raise RuntimeError(f"squeue failed 10 times: {proc.stderr}")
 
 
+def keep_log(log: Path, to: Path) -> None:
+    """Copy a job's log to `to` with this checkout's path written as <repository>: the committed
+    log names no machine's directories."""
+    to.write_text(log.read_text().replace(str(REPO), "<repository>"))
+
+
 def wait(predicate, timeout_s: float, what: str, every: float = 1.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -151,7 +157,7 @@ def rehearse(args: argparse.Namespace, env: dict[str, str], work: Path) -> list[
     wait(started_again, 300, "the requeued job did not start again", every=2)
     wait(lambda: job_state(job, env) == "", args.timeout, "the requeued job did not end", every=2)
     minutes = (time.monotonic() - t0) / 60
-    shutil.copyfile(log, args.result.with_suffix(".log"))
+    keep_log(log, args.result.with_suffix(".log"))
 
     text = log.read_text()
     rows = [{"check": "job started twice (the requeue)", "expected": "start 0, start 1",
@@ -195,7 +201,7 @@ def rehearse_survey(args: argparse.Namespace, env: dict[str, str], work: Path) -
     job = submit(SURVEY, env, work, log, args.checkpoint_every)
     wait(lambda: job_state(job, env) == "", args.timeout, f"job {job} ({SURVEY}) did not end", every=2)
     minutes = (time.monotonic() - t0) / 60
-    shutil.copyfile(log, args.result.with_name(args.result.stem + "_07.log"))
+    keep_log(log, args.result.with_name(args.result.stem + "_07.log"))
     status = notebook_status(work / "runs", SURVEY)
     bench = work / "figures" / SURVEY / "bench_at_setting.csv"
     hosts = sorted({h for cell in pd.read_csv(bench).hosts for h in cell.split()}) if bench.exists() else []
