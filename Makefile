@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROFILE ?= quick
 JOBS   ?= 1
 PYTEST_ARGS ?= --durations=15
-SUITE_JOBS ?= 2
+SUITE_JOBS ?= 3
 CONSTRAINTS := constraints.txt
 KERNEL ?= distsgd
 
@@ -31,7 +31,7 @@ kernel: venv
 bytecode: venv
 	$(PY) -m compileall -q lib
 
-# Five suites two at a time, then the timed ones alone (tests/run_suites.py), and the minutes of each
+# The suites three at a time, then the timed ones alone (tests/run_suites.py), and the minutes of each
 # against CI's budget.
 test: venv bytecode
 	$(PY) tests/run_suites.py --jobs $(SUITE_JOBS) -- $(PYTEST_ARGS)

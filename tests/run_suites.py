@@ -2,10 +2,11 @@
 time with nothing beside them (`quiet`), and at the end the minutes each took against the budget
 of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install included).
 
-    python tests/run_suites.py [--jobs 2] [--only NAME ...] [-- PYTEST_ARGS...]
+    python tests/run_suites.py [--jobs 3] [--only NAME ...] [-- PYTEST_ARGS...]
 
 Each suite is one pytest process; its output is kept in a log and printed whole when it ends, so
-that two suites running together do not interleave. The longest suites start first. The exit
+that suites running together do not interleave. The longest suites start first; one that mostly
+waits (`waits`: the real SLURM's) runs from the start beside them. The exit
 status is pytest's worst: 0 only when every suite passed.
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Suite:
     args: tuple[str, ...]           # pytest's arguments (paths, options)
     about: str
     quiet: bool = False             # times wall clocks: runs alone, after the others
+    waits: bool = False             # mostly waits (on a real SLURM's jobs): runs from the start beside
+                                    # the others without taking one of the `--jobs` slots
 
 
 # Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run
@@ -50,7 +53,7 @@ LIBRARY_A = ("tests/test_experiments_*.py", "tests/test_timeline*.py", "tests/te
 NOT_TIMED = ("-m", "not timing and not validation")
 TIMED = tuple(sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
                      if "pytest.mark.timing" in p.read_text()))   # the files to collect for -m timing
-SUITES = (    # longest first (CI of 2026-11-29): two at a time, each next one where a slot frees
+SUITES = (    # longest first (on 2 cores, 3 at a time): each next one where a slot frees
     Suite("notebooks", ("--nbval-lax", *OTHER_NOTEBOOKS),
           "nbval: the notebooks decided on losses and accuracies"),
     Suite("library-b", ("tests", *(f"--ignore={p}" for p in NOTEBOOK_RUNS + CLUSTER + SLURM),
@@ -62,7 +65,7 @@ SUITES = (    # longest first (CI of 2026-11-29): two at a time, each next one w
     Suite("dry-run-b", (DRY_RUN, f"--deselect={DRY_RUN_A}", *NOT_TIMED),
           "the other half at the full profile's parameters; the full profile's listing"),
     Suite("notebook-params", (PARAMS, *NOT_TIMED), "every notebook at other world sizes and seeds (dry run)"),
-    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue"),
+    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue", waits=True),
     Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),
     Suite("notebooks-timed", ("--nbval-lax", *TIMED_NOTEBOOKS),
           "nbval: the notebooks decided on measured times", quiet=True),
@@ -110,7 +113,9 @@ def run_suite(suite: Suite, pytest_args: list[str], logs: Path, jobs: int) -> Ou
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=2, help="suites run at a time (default 2: the cores CI has)")
+    parser.add_argument("--jobs", type=int, default=3,
+                        help="suites run at a time (default 3 on CI's 2 cores: a suite alone leaves a core idle "
+                             "while its processes start, sleep in emulated transfers or wait on a rendezvous)")
     parser.add_argument("--only", nargs="+", choices=[s.name for s in SUITES], default=None, metavar="NAME",
                         help=f"run only these suites: {', '.join(s.name for s in SUITES)}")
     parser.add_argument("pytest_args", nargs="*", help="passed to every pytest (after --)")
@@ -128,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         def run(suite: Suite) -> Outcome:
             return run_suite(suite, args.pytest_args, Path(tmp), args.jobs)
 
-        with ThreadPoolExecutor(args.jobs) as pool:
-            outcomes = list(pool.map(run, [s for s in suites if not s.quiet]))
+        with ThreadPoolExecutor(1) as beside, ThreadPoolExecutor(args.jobs) as pool:
+            waiting = [beside.submit(run, s) for s in suites if s.waits and not s.quiet]
+            outcomes = list(pool.map(run, [s for s in suites if not s.quiet and not s.waits]))
+            outcomes += [f.result() for f in waiting]
         outcomes += [run(s) for s in suites if s.quiet]
     total = (time.monotonic() - t0) / 60
     print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}  pytest")

@@ -179,6 +179,14 @@ def test_measured_overheads_are_of_the_right_magnitude() -> None:
     assert set(ov.work) == {"ssd_rule", "ssd_server"} and min(ov.work.values()) > 0 and ov.cores >= 1
 
 
+@pytest.mark.timing
+def test_a_hooked_all_reduce_costs_more_than_comms_in_a_loop() -> None:
+    """A hooked all-reduce in a training step costs more to issue than Comm's in a loop (it also runs
+    the hook and the averaging): medians of wall-clock times, so measured with nothing beside it."""
+    calls, hooked = _gpu_check_calls()
+    assert hooked.issue_s.median() > calls[calls.path == "distsgd.Comm"].issue_s.median() > 0
+
+
 # ---------------------------------------------------------------- a GPU host (issue 33 item 2)
 def gpu_host(share: float, issue_s: float = 100e-6) -> Overheads:
     return Overheads(issue_s=issue_s, host_share=share)
@@ -253,16 +261,11 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     assert gpu_overheads(hooked, None) == Overheads(issue_s=6.0, host_share=0.0)
 
 
-def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
-    """`measure_gpu_calls`, `measure_hooked_calls` and `profiler.host_and_device` (run on a GPU by
-    reproduce/gpu_check.py) on the CPU, where host and device are one: every (path, size, count) row,
-    positive times, the device's time per call at least the host's issue loop, the one-rank group left
-    as found; a hooked all-reduce in a training step costs more than Comm's in a loop (it also runs the
-    hook and the averaging); the host's time for each phase of a step at most the whole step (medians
-    of per-step pairs)."""
+def _gpu_check_calls() -> tuple:
+    """`measure_gpu_calls` and `measure_hooked_calls` (run on a GPU by reproduce/gpu_check.py) on the
+    CPU, with the rows and the one-rank group checked."""
     import torch.distributed as dist
 
-    from distsgd.systems.profiler import host_and_device
     from distsgd.systems.measure_costs import measure_gpu_calls, measure_hooked_calls
     from distsgd.systems.timeline.costs import HOOKED
     calls = measure_gpu_calls(sizes=(4096, 65536), counts=(1, 8), reps=2, device="cpu")
@@ -272,7 +275,17 @@ def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
     hooked = measure_hooked_calls(widths=(32, 256), counts=(8, 64), reps=5, device="cpu")
     assert len(hooked) == 4 and set(hooked.path) == {HOOKED} and list(hooked.nbytes) == [4096] * 2 + [262144] * 2
     assert not dist.is_initialized()
-    assert hooked.issue_s.median() > calls[calls.path == "distsgd.Comm"].issue_s.median() > 0
+    return calls, hooked
+
+
+def test_the_gpu_checks_measurements_run_on_the_cpu_too() -> None:
+    """`measure_gpu_calls`, `measure_hooked_calls` and `profiler.host_and_device` (run on a GPU by
+    reproduce/gpu_check.py) on the CPU, where host and device are one: every (path, size, count) row,
+    positive times, the device's time per call at least the host's issue loop, the one-rank group left
+    as found; the host's time for each phase of a step at most the whole step (medians of per-step
+    pairs)."""
+    from distsgd.systems.profiler import host_and_device
+    _gpu_check_calls()
     host = host_and_device("mlp", (64,), 8, device="cpu", reps=3, warmup=1)
     assert host["device_s"] == host["step_s"] > 0 and host["host_layerwise_update_s"] > 0
     assert all(0 < host[f"host_{phase}_s"] <= host["step_s"] for phase in ("forward", "backward", "update"))
