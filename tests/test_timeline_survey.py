@@ -79,6 +79,24 @@ def test_the_docs_tables_are_the_committed_error_tables() -> None:
     assert summary in doc and signed in doc
     other = survey.markdown(survey.load_error().assign(error=lambda t: t.error * 1.01)).split("\n\n")
     assert not any(table in doc for table in other)                    # a table one percent off is caught
+    assert survey.gains_markdown(survey.load_error()) in doc
+    slower = survey.load_error().assign(measured_s=lambda t: t.measured_s * (1 + 0.02 * (t.method == "MG-WFBP")))
+    assert survey.gains_markdown(slower) not in doc
+
+
+def test_gains_over_bsp_bound_tells_a_step_no_network_explains() -> None:
+    """BSP computes c = 1 s then all-reduces 2 s (3 s): any schedule of its bytes takes at least 2 s on
+    that network. A measured 2.5 s is consistent (ratio 1.25), 1.5 s is not (0.75); the gains are
+    BSP's step over the schedule's, measured and predicted."""
+    key = dict(model="M", connection="net", nproc=8)
+    table = pd.DataFrame([{**key, "method": "BSP-A2A", "error": 0.0, "measured_s": 3.0, "predicted_s": 3.0},
+                          {**key, "method": "MG-WFBP", "error": 0.2, "measured_s": 2.5, "predicted_s": 2.0},
+                          {**key, "method": "WFBP-A2A", "error": 0.0, "measured_s": 1.5, "predicted_s": 1.5}])
+    measured = pd.DataFrame([{"model": "M", "nproc": 1, "step_s": 1.0}])
+    g = survey.gains_over_bsp(table, measured).set_index("method")
+    assert g.loc["MG-WFBP", "over_bound"] == pytest.approx(1.25) and g.loc["WFBP-A2A", "over_bound"] == pytest.approx(0.75)
+    assert g.loc["MG-WFBP", "measured_gain"] == pytest.approx(1.2) and g.loc["MG-WFBP", "predicted_gain"] == pytest.approx(1.5)
+    assert "ByteScheduler-A2A" not in g.index
 
 
 def test_the_readme_gives_the_32_gpu_error_per_network_and_family() -> None:
