@@ -5,8 +5,7 @@ of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install included
     python tests/run_suites.py [--jobs 3] [--only NAME ...] [-- PYTEST_ARGS...]
 
 Each suite is one pytest process; its output is kept in a log and printed whole when it ends, so
-that suites running together do not interleave. The longest suites start first; one that mostly
-waits (`waits`: the real SLURM's) runs from the start beside them. The exit
+that suites running together do not interleave. The longest suites start first. The exit
 status is pytest's worst: 0 only when every suite passed.
 """
 from __future__ import annotations
@@ -32,8 +31,6 @@ class Suite:
     args: tuple[str, ...]           # pytest's arguments (paths, options)
     about: str
     quiet: bool = False             # times wall clocks: runs alone, after the others
-    waits: bool = False             # mostly waits (on a real SLURM's jobs): runs from the start beside
-                                    # the others without taking one of the `--jobs` slots
 
 
 # Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run
@@ -65,7 +62,7 @@ SUITES = (    # longest first (on 2 cores, 3 at a time): each next one where a s
     Suite("dry-run-b", (DRY_RUN, f"--deselect={DRY_RUN_A}", *NOT_TIMED),
           "the other half at the full profile's parameters; the full profile's listing"),
     Suite("notebook-params", (PARAMS, *NOT_TIMED), "every notebook at other world sizes and seeds (dry run)"),
-    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue", waits=True),
+    Suite("slurm", (*SLURM, *NOT_TIMED), "a real SLURM: the templates, requeue"),
     Suite("cluster", (*CLUSTER, *NOT_TIMED), "torchrun over network namespaces, cluster environments"),
     Suite("notebooks-timed", ("--nbval-lax", *TIMED_NOTEBOOKS),
           "nbval: the notebooks decided on measured times", quiet=True),
@@ -133,10 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         def run(suite: Suite) -> Outcome:
             return run_suite(suite, args.pytest_args, Path(tmp), args.jobs)
 
-        with ThreadPoolExecutor(1) as beside, ThreadPoolExecutor(args.jobs) as pool:
-            waiting = [beside.submit(run, s) for s in suites if s.waits and not s.quiet]
-            outcomes = list(pool.map(run, [s for s in suites if not s.quiet and not s.waits]))
-            outcomes += [f.result() for f in waiting]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            outcomes = list(pool.map(run, [s for s in suites if not s.quiet]))
         outcomes += [run(s) for s in suites if s.quiet]
     total = (time.monotonic() - t0) / 60
     print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}  pytest")

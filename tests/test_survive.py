@@ -97,7 +97,9 @@ def test_rows_are_on_disk_as_logged_and_a_resumed_run_rewrites_them(tmp_path, mo
 @pytest.mark.multiproc
 def test_show_reads_a_run_while_it_runs(tmp_path):
     """A 2-rank run on an emulated 10 Mbit/s network (about 0.3 s a step, sleeping): while it
-    runs, `show` says so with the last step logged; once finished, it prints the summary."""
+    runs, `show` says so with the last step logged; once finished, it prints the summary. The run
+    is held (SIGSTOP to its process group) while `show` reads it, so that a loaded machine, where
+    `show`'s start takes longer than the run's remaining steps, still shows it running."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "distsgd", "train", "--nproc", "2", "--steps", "30",
            "--log-every", "2", "--eval-every", "0", "--net", "10Mbit,1ms", "--no-progress",
@@ -113,7 +115,11 @@ def test_show_reads_a_run_while_it_runs(tmp_path):
                 break
             time.sleep(0.2)
         assert rows and proc.poll() is None, "the run ended (or never logged) before show ran"
-        shown = _show(rows[0].parent.parent)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            shown = _show(rows[0].parent.parent)
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
         assert re.search(r"status +running\n", shown), shown
         step = int(re.search(r"logged +step (\d+) of 30", shown).group(1))
         assert 2 <= step < 30, shown
