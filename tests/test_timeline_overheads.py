@@ -261,7 +261,7 @@ def test_gpu_overheads_from_the_checks_tables() -> None:
     assert gpu_overheads(hooked, None) == Overheads(issue_s=6.0, host_share=0.0)
 
 
-def _gpu_check_calls() -> tuple:
+def _gpu_check_calls() -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """`measure_gpu_calls` and `measure_hooked_calls` (run on a GPU by reproduce/gpu_check.py) on the
     CPU, with the rows and the one-rank group checked."""
     import torch.distributed as dist

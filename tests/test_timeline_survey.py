@@ -92,7 +92,7 @@ def test_gains_over_bsp_bound_tells_a_step_no_network_explains() -> None:
     table = pd.DataFrame([{**key, "method": "BSP-A2A", "error": 0.0, "measured_s": 3.0, "predicted_s": 3.0},
                           {**key, "method": "MG-WFBP", "error": 0.2, "measured_s": 2.5, "predicted_s": 2.0},
                           {**key, "method": "WFBP-A2A", "error": 0.0, "measured_s": 1.5, "predicted_s": 1.5}])
-    measured = pd.DataFrame([{"model": "M", "nproc": 1, "step_s": 1.0}])
+    measured = pd.DataFrame([{"model": "M", "nproc": 1, "batch_size": 8, "step_s": 1.0}])
     g = survey.gains_over_bsp(table, measured).set_index("method")
     assert g.loc["MG-WFBP", "over_bound"] == pytest.approx(1.25) and g.loc["WFBP-A2A", "over_bound"] == pytest.approx(0.75)
     assert g.loc["MG-WFBP", "measured_gain"] == pytest.approx(1.2) and g.loc["MG-WFBP", "predicted_gain"] == pytest.approx(1.5)

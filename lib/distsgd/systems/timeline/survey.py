@@ -119,14 +119,15 @@ def load_measured(path: Path | None = None) -> pd.DataFrame:
     return df.assign(step_s=df.batch_size * df.nproc / df.throughput)
 
 
+def single_gpu(measured: pd.DataFrame) -> pd.DataFrame:
+    """Each model's single-GPU row (its first p = 1 row): `batch_size` and `step_s`, by model."""
+    return measured[measured.nproc == 1].groupby("model")[["batch_size", "step_s"]].first()
+
+
 def profiles(measured: pd.DataFrame, device: str = "V100-fp32") -> dict[str, Profile]:
-    """Each model's committed profile scaled to the survey's single-GPU step (its p = 1 row)."""
-    out = {}
-    for model, g in measured[measured.nproc == 1].groupby("model"):
-        batch = int(g.batch_size.iloc[0])
-        profile = Profile.from_csv(find_profile(MODELS[model], device, batch))
-        out[model] = profile.scaled(float(g.step_s.iloc[0]))
-    return out
+    """Each model's committed profile scaled to the survey's single-GPU step (`single_gpu`)."""
+    return {model: Profile.from_csv(find_profile(MODELS[model], device, int(r.batch_size))).scaled(float(r.step_s))
+            for model, r in single_gpu(measured).iterrows()}
 
 
 def topology(intra: NetModel, inter: NetModel) -> Topology:
@@ -259,8 +260,7 @@ def gains_over_bsp(table: pd.DataFrame, measured: pd.DataFrame | None = None) ->
     together with BSP's row; at or above it the row is consistent with BSP's network and a miss is
     the schedule model's. Columns: model, connection, nproc, method, error, measured_gain,
     predicted_gain, over_bound."""
-    m = measured if measured is not None else load_measured()
-    single = m[m.nproc == 1].groupby("model").step_s.first()          # the step `profiles` scales to
+    single = single_gpu(measured if measured is not None else load_measured()).step_s
     key = ["model", "connection", "nproc"]
     bsp = table[table.method == "BSP-A2A"].set_index(key)
     rows = table[table.method.isin(OVERLAPPING)].set_index(key)
