@@ -31,8 +31,8 @@ kernel: venv
 bytecode: venv
 	$(PY) -m compileall -q lib
 
-# The suites three at a time, then the timed ones alone (tests/run_suites.py), and the minutes of each
-# against CI's budget.
+# The timed suites one at a time, the others three at a time beside them at idle priority
+# (tests/run_suites.py), and the minutes of each against CI's budget.
 test: venv bytecode
 	$(PY) tests/run_suites.py --jobs $(SUITE_JOBS) -- $(PYTEST_ARGS)
 

@@ -1,6 +1,8 @@
-"""`make test`: the test suites, `--jobs` at a time, then those that time wall clocks one at a
-time with nothing beside them (`quiet`), and at the end the minutes each took against the budget
-of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install included).
+"""`make test`: the suites that time wall clocks (`quiet`) one at a time at the machine's normal
+priority, and beside them from the start the other suites `--jobs` at a time at idle priority
+(Linux's SCHED_IDLE: a core only when no timed process wants it), and at the end the minutes each
+took against the budget of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install
+included).
 
     python tests/run_suites.py [--jobs 3] [--only NAME ...] [-- PYTEST_ARGS...]
 
@@ -30,7 +32,7 @@ class Suite:
     name: str
     args: tuple[str, ...]           # pytest's arguments (paths, options)
     about: str
-    quiet: bool = False             # times wall clocks: runs alone, after the others
+    quiet: bool = False             # times wall clocks: the others only get the cores it leaves idle
 
 
 # Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run
@@ -79,24 +81,47 @@ class Outcome:
     summary: str                    # pytest's last line ("842 passed, 2 skipped in ...")
 
 
-def suite_env(suite: Suite, jobs: int) -> dict[str, str]:
+def suite_env(suite: Suite, jobs: int, scratch: Path) -> dict[str, str]:
     """The environment of a suite's pytest. A suite that runs beside others gets its share of the
     cores as torch's thread count (OMP_NUM_THREADS, unless set): the kernels' in-process work with
     a thread per core spins while another suite holds the other core (notebook 03's gradient
     comparison beside one busy core: 61.5 s with 2 threads, 3.6 s with 1). The ranks of runs use one
-    thread each anyway (`launch.worker_env`); the quiet suites keep torch's default."""
+    thread each anyway (`launch.worker_env`); the quiet suites keep torch's default. The notebooks
+    nbval executes write their figures and claims tables under `scratch` (DISTSGD_FIGURES, unless
+    set), not over the committed ones that other suites' tests read while they run (the README's
+    verdict table is checked against them)."""
     env = dict(os.environ)
     if not suite.quiet:
         env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // jobs)))
+    if "--nbval-lax" in suite.args:
+        env.setdefault("DISTSGD_FIGURES", str(scratch / "figures"))
     return env
 
 
-def run_suite(suite: Suite, pytest_args: list[str], logs: Path, jobs: int) -> Outcome:
+def idle_priority() -> None:
+    """Put this process, and the processes it starts, in Linux's idle scheduling class (SCHED_IDLE):
+    the kernel runs it only on a core no other process wants, and a waking process of the normal
+    class takes the core from it at once."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def idle_available() -> bool:
+    """Whether this machine lets a process take the idle class (Linux; a container may refuse)."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        return subprocess.run(["true"], preexec_fn=idle_priority).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def run_suite(suite: Suite, pytest_args: list[str], logs: Path, jobs: int, idle: bool = False) -> Outcome:
     log = logs / f"{suite.name}.log"
     t0 = time.monotonic()
     with open(log, "w") as out:
         status = subprocess.call([sys.executable, "-m", "pytest", *suite.args, *pytest_args], cwd=REPO,
-                                 env=suite_env(suite, jobs), stdout=out, stderr=subprocess.STDOUT)
+                                 env=suite_env(suite, jobs, logs), stdout=out, stderr=subprocess.STDOUT,
+                                 preexec_fn=idle_priority if idle else None)
     minutes = (time.monotonic() - t0) / 60
     if status == NO_TESTS_SELECTED and pytest_args:      # e.g. `-k comm` selects nothing in this suite
         status = 0
@@ -113,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=3,
                         help="suites run at a time (default 3 on CI's 2 cores: a suite alone leaves a core idle "
                              "while its processes start, sleep in emulated transfers or wait on a rendezvous)")
+    parser.add_argument("--phases", action="store_true",
+                        help="run the timed suites after the others instead of beside them at idle priority "
+                             "(the order where the machine refuses idle priority)")
     parser.add_argument("--only", nargs="+", choices=[s.name for s in SUITES], default=None, metavar="NAME",
                         help=f"run only these suites: {', '.join(s.name for s in SUITES)}")
     parser.add_argument("pytest_args", nargs="*", help="passed to every pytest (after --)")
@@ -127,12 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         # projection back); the other tests keep their own (tests/conftest.py)
         os.environ.setdefault("DISTSGD_PROJECTIONS", str(Path(tmp) / "projections"))
 
-        def run(suite: Suite) -> Outcome:
-            return run_suite(suite, args.pytest_args, Path(tmp), args.jobs)
+        def run(suite: Suite, idle: bool = False) -> Outcome:
+            return run_suite(suite, args.pytest_args, Path(tmp), args.jobs, idle)
 
+        others, quiet = [s for s in suites if not s.quiet], [s for s in suites if s.quiet]
         with ThreadPoolExecutor(args.jobs) as pool:
-            outcomes = list(pool.map(run, [s for s in suites if not s.quiet]))
-        outcomes += [run(s) for s in suites if s.quiet]
+            if not args.phases and idle_available():      # the timed suites first, the others in their idle time
+                futures = [pool.submit(run, s, True) for s in others]
+                outcomes = [run(s) for s in quiet]
+                outcomes = [f.result() for f in futures] + outcomes
+            else:                                   # the others, then the timed suites alone
+                outcomes = list(pool.map(run, others))
+                outcomes += [run(s) for s in quiet]
     total = (time.monotonic() - t0) / 60
     print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}  pytest")
     for o in outcomes:
