@@ -35,8 +35,9 @@ class Suite:
     quiet: bool = False             # times wall clocks: the others only get the cores it leaves idle
 
 
-# Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run
-# alone; the others decide on losses and accuracies, the same under load.
+# Notebooks whose verdicts rest on measured times (emulated networks, benchmarks, prechecks) run with
+# nothing beside them but idle-priority suites; the others decide on losses and accuracies, the
+# same under load.
 NOTEBOOKS = sorted(str(p.relative_to(REPO)) for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TIMED_NOTEBOOKS = tuple(n for n in NOTEBOOKS if Path(n).stem[:2] in ("00", "01", "06", "07", "08", "10"))
 OTHER_NOTEBOOKS = tuple(n for n in NOTEBOOKS if n not in TIMED_NOTEBOOKS)
