@@ -70,10 +70,12 @@ def group_hyper(optimizer: torch.optim.Optimizer) -> dict[torch.nn.Parameter, di
 
 @torch.no_grad()
 def sgd_update(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Parameter],
-               grads: Iterable[torch.Tensor], lrs: dict[int, float]) -> None:
+               grads: Iterable[torch.Tensor], lrs: dict[int, float],
+               groups: dict[torch.nn.Parameter, dict]) -> None:
     """Apply SGD to `params` with gradients `grads`; `lrs` maps id(param group) to the learning
-    rate of the step the gradients belong to (the loop may already have set the next one)."""
-    groups = group_hyper(optimizer)
+    rate of the step the gradients belong to (the loop may already have set the next one), `groups`
+    each parameter to its param group (`group_hyper`, taken once per step: a unit's update looks up
+    only its own parameters)."""
     for p, g in zip(params, grads):
         group = groups[p]
         d = g.add(p, alpha=group["weight_decay"]) if group["weight_decay"] else g
@@ -105,6 +107,7 @@ class LayerwiseDeferred(Algorithm):
         self.pending = False                 # an update waits to be applied
         self.updated: set[torch.nn.Module] = set()
         self.lrs: dict[int, float] = {}      # id(param group) -> lr of the pending update's step
+        self.hyper: dict[torch.nn.Parameter, dict] = {}   # parameter -> its param group (begin_update)
         for m in self.modules:
             self.hook(m.register_forward_pre_hook(self._before_module))
             for q in unit_params(m):
@@ -128,6 +131,7 @@ class LayerwiseDeferred(Algorithm):
         """Called by the schedule's optimizer_step once this step's communication has started:
         the update is now pending, applied in the next forward."""
         self.lrs = {id(g): g["lr"] for g in self.optimizer.param_groups}
+        self.hyper = group_hyper(self.optimizer)
         self.pending, self.updated = True, set()
 
     def _grad_ready(self, q: torch.nn.Parameter) -> None:
@@ -142,7 +146,7 @@ class LayerwiseDeferred(Algorithm):
     def _update(self, module: torch.nn.Module) -> None:
         self.wait_for(module)
         params = unit_params(module)
-        sgd_update(self.optimizer, params, [self.averaged_grad(q) for q in params], self.lrs)
+        sgd_update(self.optimizer, params, [self.averaged_grad(q) for q in params], self.lrs, self.hyper)
         self.updated.add(module)
         if len(self.updated) == len(self.modules):
             self.pending = False
@@ -177,6 +181,7 @@ class LayerwiseDeferred(Algorithm):
         todo = [self.modules[i] for i in update["modules"]]
         self.pending, self.updated = bool(todo), set(self.modules) - set(todo)
         self.lrs = {id(g): lr for g, lr in zip(self.optimizer.param_groups, update["lrs"])}
+        self.hyper = group_hyper(self.optimizer)
         params = [q for m in todo for q in unit_params(m)]
         for q, g in zip(params, update["grads"], strict=True):
             self.averaged_grad(q).copy_(g)

@@ -394,7 +394,7 @@ def host_and_device(model: str, input_shape: tuple[int, ...], batch_size: int, *
     `host_layerwise_update_s`: the host's time to issue the same update tensor by tensor
     (`algorithms.layerwise.sgd_update`, as DeAR and ByteScheduler apply it) instead of
     ``optimizer.step()``. On the CPU every one of them is wall time (host and device are one)."""
-    from ..algorithms.layerwise import sgd_update
+    from ..algorithms.layerwise import group_hyper, sgd_update
 
     options = dict(options or {})
     _check(batch_size, reps, warmup)
@@ -441,7 +441,7 @@ def host_and_device(model: str, input_shape: tuple[int, ...], batch_size: int, *
         lrs = {id(g): g["lr"] for g in optimizer.param_groups}
         sync()
         t0 = time.perf_counter()
-        sgd_update(optimizer, params, [q.grad for q in params], lrs)
+        sgd_update(optimizer, params, [q.grad for q in params], lrs, group_hyper(optimizer))
         row["host_layerwise_update_s"] = time.perf_counter() - t0
         if i >= warmup:
             rows.append(row)
