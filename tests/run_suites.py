@@ -2,7 +2,7 @@
 priority, and beside them from the start the other suites `--jobs` at a time at idle priority
 (Linux's SCHED_IDLE: a core only when no timed process wants it), and at the end the minutes each
 took against the budget of CI (`make test` <= 40 minutes from a clean clone on 2 cores, install
-included).
+included) and the CPU minutes of each suite's processes (`CpuAccount`, where the machine allows it).
 
     python tests/run_suites.py [--jobs 3] [--only NAME ...] [-- PYTEST_ARGS...]
 
@@ -80,6 +80,49 @@ class Outcome:
     status: int
     minutes: float
     summary: str                    # pytest's last line ("842 passed, 2 skipped in ...")
+    cpu_minutes: float | None = None   # CPU of the suite's processes, all of them (`CpuAccount`)
+
+
+class CpuAccount:
+    """The CPU time of a suite's pytest and every process it starts, kernels, forkservers and ranks
+    included (a rank the forkserver reaps, or one left to init, is not counted by `wait4`): a cgroup
+    of the `cpuacct` controller (cgroup v1) named for the suite, which the pytest process joins
+    before it runs (`join`, as a `preexec_fn`) and its descendants inherit. Where the machine has
+    no such controller or refuses the cgroup (`make`), `minutes` is None."""
+
+    ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, name: str) -> None:
+        self.path: Path | None = self.ROOT / f"distsgd-suite-{os.getpid()}-{name}"
+        try:
+            self.path.mkdir()
+            (self.path / "cpuacct.usage").read_text()
+        except OSError:
+            self.path = None
+
+    def join(self) -> None:
+        """Move the calling process (a child before its exec) into the cgroup; where that fails
+        the suite runs unaccounted."""
+        if self.path is not None:
+            try:
+                (self.path / "cgroup.procs").write_text("0")
+            except OSError:
+                pass
+
+    def minutes(self) -> float | None:
+        """CPU minutes of the processes that joined and their descendants so far; the cgroup is
+        removed once it has no process left (a daemon a suite leaves behind keeps it)."""
+        if self.path is None:
+            return None
+        try:
+            used = int((self.path / "cpuacct.usage").read_text()) / 60e9
+        except (OSError, ValueError):
+            return None
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+        return used
 
 
 def suite_env(suite: Suite, jobs: int, scratch: Path) -> dict[str, str]:
@@ -118,19 +161,28 @@ def idle_available() -> bool:
 
 def run_suite(suite: Suite, pytest_args: list[str], logs: Path, jobs: int, idle: bool = False) -> Outcome:
     log = logs / f"{suite.name}.log"
+    cpu = CpuAccount(suite.name)
+
+    def start() -> None:
+        cpu.join()
+        if idle:
+            idle_priority()
+
     t0 = time.monotonic()
     with open(log, "w") as out:
         status = subprocess.call([sys.executable, "-m", "pytest", *suite.args, *pytest_args], cwd=REPO,
                                  env=suite_env(suite, jobs, logs), stdout=out, stderr=subprocess.STDOUT,
-                                 preexec_fn=idle_priority if idle else None)
+                                 preexec_fn=start)
     minutes = (time.monotonic() - t0) / 60
     if status == NO_TESTS_SELECTED and pytest_args:      # e.g. `-k comm` selects nothing in this suite
         status = 0
     text = log.read_text()
-    print(f"\n{'=' * 30} suite {suite.name} ({suite.about}): exit {status}, {minutes:.1f} min {'=' * 30}\n"
+    cpu_minutes = cpu.minutes()
+    used = f", {cpu_minutes:.1f} CPU min" if cpu_minutes is not None else ""
+    print(f"\n{'=' * 30} suite {suite.name} ({suite.about}): exit {status}, {minutes:.1f} min{used} {'=' * 30}\n"
           f"{text}", flush=True)
     lines = [line.strip("= ") for line in text.splitlines() if line.strip()]
-    return Outcome(suite, status, minutes, lines[-1] if lines else "(no output)")
+    return Outcome(suite, status, minutes, lines[-1] if lines else "(no output)", cpu_minutes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,11 +221,16 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes = list(pool.map(run, others))
                 outcomes += [run(s) for s in quiet]
     total = (time.monotonic() - t0) / 60
-    print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}  pytest")
+    def cpu(minutes: float | None) -> str:
+        return f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
+
+    print(f"\n{'suite':<15}{'exit':>5}{'minutes':>9}{'CPU min':>9}  pytest")
     for o in outcomes:
-        print(f"{o.suite.name:<15}{o.status:>5}{o.minutes:>9.1f}  {o.summary}")
-    print(f"{'all':<15}{max(o.status for o in outcomes):>5}{total:>9.1f}  {args.jobs} at a time; "
-          f"CI's budget for make test: {BUDGET_MIN:.0f} min with the install")
+        print(f"{o.suite.name:<15}{o.status:>5}{o.minutes:>9.1f}{cpu(o.cpu_minutes)}  {o.summary}")
+    counted = [o.cpu_minutes for o in outcomes if o.cpu_minutes is not None]
+    print(f"{'all':<15}{max(o.status for o in outcomes):>5}{total:>9.1f}{cpu(sum(counted) if counted else None)}  "
+          f"{args.jobs} at a time; CI's budget for make test: {BUDGET_MIN:.0f} min with the install; "
+          f"{os.cpu_count()} cores")
     return max(o.status for o in outcomes)
 
 

@@ -77,3 +77,20 @@ def test_timed_suites_start_at_once_at_normal_priority_the_others_idle_beside_th
                                                           if not s.quiet)
     assert by_name[quiet[0]][1] or started[0][0] == quiet[0]    # not after the others: beside them
     assert [n for n, _, _ in started if n in quiet] == quiet    # one at a time, in order
+
+
+def test_a_suites_cpu_counts_the_processes_its_children_leave_behind() -> None:
+    """A grandchild that outlives its parent (as a forkserver's rank can) burns ~0.6 s of CPU; the
+    suite's account has it, where the rusage of the waited child would not."""
+    account = run_suites.CpuAccount("test-account")
+    if account.path is None:
+        account.minutes()
+        pytest.skip("no cpuacct cgroup this process may create here")
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    orphaning = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {burn!r}], "
+                 "stdout=subprocess.DEVNULL)")
+    subprocess.run([sys.executable, "-c", orphaning], check=True, preexec_fn=account.join)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (account.path / "cgroup.procs").read_text().strip():
+        time.sleep(0.1)                                  # the orphan still running
+    assert 0.6 / 60 <= account.minutes() < 30 / 60
