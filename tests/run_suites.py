@@ -109,11 +109,20 @@ class CpuAccount:
             except OSError:
                 pass
 
-    def minutes(self) -> float | None:
-        """CPU minutes of the processes that joined and their descendants so far; the cgroup is
-        removed once it has no process left (a daemon a suite leaves behind keeps it)."""
+    def minutes(self, linger_s: float = 10.0) -> float | None:
+        """CPU minutes of the processes that joined and their descendants, once none is left or
+        after `linger_s` (a forkserver that outlives its pytest by a moment ends first; a daemon a
+        suite leaves behind keeps the cgroup, which is removed otherwise)."""
         if self.path is None:
             return None
+        deadline = time.monotonic() + linger_s
+        while time.monotonic() < deadline:
+            try:
+                if not (self.path / "cgroup.procs").read_text().strip():
+                    break
+            except OSError:
+                break
+            time.sleep(0.1)
         try:
             used = int((self.path / "cpuacct.usage").read_text()) / 60e9
         except (OSError, ValueError):
