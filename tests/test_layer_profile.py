@@ -116,9 +116,16 @@ def test_hooked_iteration_takes_the_time_of_the_unhooked_one():
     # First layer 3072 x 512 dominates: losing its interval (or double counting one) moves the ratio
     # by far more than the tolerance. The hooks cost ~1 us per stamp (14 stamps) against ~3 ms per
     # iteration; medians over interleaved hooked/un-hooked rounds (ratios of 1.03-1.05 seen alone).
-    # A wall-clock ratio: it runs in the `timing` suite, alone (1.50 beside the notebooks in CI).
-    m = measure("mlp", (3, 32, 32), 16, reps=7, warmup=2, threads=1, options={"hidden": [512, 512]})
-    assert 0.8 < m.hook_ratio < 1.25, m.hook_ratio
+    # A wall-clock ratio: it runs in the `timing` suite at normal priority (1.50 beside the notebooks
+    # in CI), where an idle-class suite beside it still moved one measurement to 0.61; a bug moves
+    # every measurement, so an out-of-band ratio is measured once more and fails only if it repeats.
+    ratios = []
+    for _ in range(2):
+        m = measure("mlp", (3, 32, 32), 16, reps=7, warmup=2, threads=1, options={"hidden": [512, 512]})
+        ratios.append(m.hook_ratio)
+        if 0.8 < m.hook_ratio < 1.25:
+            break
+    assert 0.8 < ratios[-1] < 1.25, ratios
 
 
 def test_measured_profile_bytes_and_order(tmp_path):
