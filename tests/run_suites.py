@@ -88,7 +88,7 @@ class CpuAccount:
     included (a rank the forkserver reaps, or one left to init, is not counted by `wait4`): a cgroup
     of the `cpuacct` controller (cgroup v1) named for the suite, which the pytest process joins
     before it runs (`join`, as a `preexec_fn`) and its descendants inherit. Where the machine has
-    no such controller or refuses the cgroup (`make`), `minutes` is None."""
+    no such controller or refuses to make the cgroup, `minutes` is None."""
 
     ROOT = Path("/sys/fs/cgroup/cpuacct")
 
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes = list(pool.map(run, others))
                 outcomes += [run(s) for s in quiet]
     total = (time.monotonic() - t0) / 60
+
     def cpu(minutes: float | None) -> str:
         return f"{minutes:>9.1f}" if minutes is not None else f"{'-':>9}"
 
