@@ -227,7 +227,15 @@ def _hook_futures(rank: int, world: int) -> dict:
     """DDP + the top-k hook on an emulated 20 ms network: whether each future the hook returned
     was pending when returned, and the model after 3 steps with pending futures, with futures
     finished inside the hook (the former synchronous form), and on a Comm the hook made itself
-    on the default group (no emulation)."""
+    on the default group (no emulation).
+
+    Pending is checked without a race: the ranks take turns to lead a bucket's hook call; the other
+    rank calls the hook only once the leader has returned from it and looked at its future, so the
+    leader's exchange cannot have completed then (its peer has not issued its part). A hook that
+    waits for its exchange never returns on the leader, and the follower's wait times out."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from distsgd.comm import Comm, parse_net
@@ -235,11 +243,20 @@ def _hook_futures(rank: int, world: int) -> dict:
     from distsgd.compress.ddp_hook import HookState, compression_hook, register
 
     comm = Comm.from_env("gloo", torch.device("cpu"), parse_net("1Gbit,20ms"), 60)
+    store = dist.distributed_c10d._get_default_store()
     done_when_returned: list[bool] = []
+    calls = iter(range(1_000_000))
 
     def spy(state, bucket):                     # no annotations: DDP checks them at runtime
+        call = next(calls)
+        key = f"hook-call-{call}-returned"
+        leads = call % world == rank
+        if not leads:
+            store.wait([key], timedelta(seconds=30))
         fut = compression_hook(state, bucket)
-        done_when_returned.append(fut.done())
+        if leads:
+            done_when_returned.append(fut.done())
+            store.set(key, "1")
         return fut
 
     out = {}
