@@ -113,6 +113,6 @@ def test_emulation_invariant_and_the_overlap_decision() -> None:
 
 def test_the_public_tables_held_out_errors_are_shown_per_table_and_schedule() -> None:
     summary = sysb.show_public_error()
-    assert {"pytorch_ddp", "grace", "horovod", "survey", "all"} == set(summary.table)
+    assert {"pytorch_ddp", "grace", "horovod", "dlperf", "survey", "all"} == set(summary.table)
     assert {"median", "max", "count", "meets"} <= set(summary.columns)
     assert summary[summary.table == "all"].family.is_unique

@@ -20,11 +20,15 @@ def splits() -> dict[str, pd.DataFrame]:
 
 def test_tables_parse_with_their_sources() -> None:
     readme = (ROOT / pt.VALIDATION / "README.md").read_text()
-    sizes = {"pytorch_ddp": 44, "horovod": 36, "grace": 224}
+    sizes = {"pytorch_ddp": 44, "horovod": 36, "grace": 224, "dlperf": 172}
     for name, table in pt.TABLES.items():
         rows = pt.read(table)
         assert len(rows) == sizes[name] and list(rows.columns) == pt.COMMON
-        assert (rows.source == pt._source(table.source)).all(), name          # every row names its source
+        if name == "dlperf":                                                   # each row names its README
+            repo, commit = table.source["repo"], table.source["commit"]
+            assert rows.source.str.fullmatch(rf"{repo}:[\w./-]+/README\.md@{commit}").all()
+        else:
+            assert (rows.source == pt._source(table.source)).all(), name      # every row names its source
         assert all(v in readme for v in table.source.values()), name
         assert rows.step_s.gt(0).all() and rows.nproc.ge(1).all() and rows.nodes.ge(1).all()
         assert set(rows.model) == set(table.models), name
@@ -38,6 +42,13 @@ def test_tables_parse_with_their_sources() -> None:
     grace = pd.read_csv(pt.GRACE_TABLE.path())
     none = grace[(grace.method == "none") & (grace.workers == 1)]
     assert none.throughput.tolist() == [409.4513] and none.id.tolist() == ["1ipvrhj50"]
+    dlperf = pd.read_csv(pt.DLPERF_TABLE.path()).set_index(["framework", "variant", "batch_size", "nproc"])
+    examples = "PyTorch 1.6.0, pytorch/examples imagenet"
+    assert dlperf.loc[(examples, "DataLoader, 48 workers", 128, 1)].throughput == 348.62     # the report's column
+    assert dlperf.loc[(examples, "DataLoader, 48 workers", 128, 32)].throughput == 10021.29
+    assert dlperf.loc[("MXNet 1.6.0, gluon-nlp", "without clip", 32, 32)].throughput == 3671.45
+    tf_bert = "NGC TensorFlow 20.03-tf1 (1.15.2), DeepLearningExamples BERT"
+    assert dlperf.loc[(tf_bert, "without XLA", 32, 16)].throughput == 1404.04
 
 
 def test_a_method_the_table_does_not_know_is_refused(tmp_path: Path) -> None:
@@ -56,6 +67,8 @@ FITTED = {   # (table, connection, model, method, nproc, split): the only rows t
       for c in pt.HOROVOD_TABLE.connections},
     ("grace", "10 Gb/s, MPI", "ResNet-50", "no compression", 2, pt.FIT_INTER),
     ("grace", "10 Gb/s, NCCL", "ResNet-50", "no compression", 2, pt.FIT_INTER),
+    ("dlperf", pt.DLPERF_CONNECTION, "ResNet-50 v1.5", "DDP 25 MB buckets", 4, pt.FIT_INTRA),
+    ("dlperf", pt.DLPERF_CONNECTION, "ResNet-50 v1.5", "DDP 25 MB buckets", 16, pt.FIT_INTER),
 }
 
 
@@ -69,10 +82,33 @@ def test_the_rule_fits_only_the_anchors_smallest_configurations(splits: dict[str
         for connection in s.connection[s.split.isin([pt.FIT_INTRA, pt.FIT_INTER])].unique():    # rows are left to check
             assert (s[(s.connection == connection) & (s.split == pt.HELD_OUT)].nodes > 1).any()
     held = both[both.split == pt.HELD_OUT]
-    assert len(held) == 38 + 12 + 5
+    assert len(held) == 38 + 12 + 5 + 34
     grace = splits["grace"]
     assert grace[grace.split == pt.INCONSISTENT].connection.tolist() == ["1 Gb/s, MPI"]    # 0.861 s < 1.318 s
     assert set(grace[grace.split == pt.NOT_PREDICTED].method) == {m for m in grace.method if "compressed" in m}
+
+
+def test_dlperf_predicts_only_the_runtimes_the_kit_models(splits: dict[str, pd.DataFrame]) -> None:
+    """DLPerf: torch DDP in the report's input pipeline and Horovod 0.19's fp32 rows are predicted, each
+    sub-table scaled to its own 1-GPU row; apex DDP, NGC MXNet's grouped Horovod, AMP / fp16 and the other
+    input pipelines are not."""
+    s = splits["dlperf"]
+    raw = pd.read_csv(pt.DLPERF_TABLE.path())
+    predicted = s.split.isin(pt.PREDICTED)
+    assert {(r.method, r.split) for r in s[predicted].itertuples()} >= {("DDP 25 MB buckets", pt.HELD_OUT),
+                                                                       ("Horovod", pt.HELD_OUT)}
+    assert (raw.precision[predicted | (s.split == pt.COMPUTE)] == "fp32").all()
+    assert set(raw.runtime[predicted]) == {"torch DDP", "Horovod 0.19.0", "Horovod 0.19.5"}
+    assert set(raw.variant[predicted & (raw.runtime == "torch DDP")]) == {pt.DLPERF_REPORTED}
+    assert (raw.runtime[raw.runtime.str.startswith("apex")].index.isin(s.index[s.split == pt.NOT_PREDICTED])).all()
+    assert raw.runtime[s.split == pt.NOT_PREDICTED].str.contains("MXNET_HOROVOD_NUM_GROUPS").sum() == 16
+    held = s[s.split == pt.HELD_OUT]
+    assert len(held) == 34 and (held.method == "DDP 25 MB buckets").sum() == 2
+    assert sorted(held[held.method == "DDP 25 MB buckets"].nproc) == [8, 32]
+    compute = s[s.split == pt.COMPUTE]                       # one per predicted sub-table, each its own
+    assert len(compute) == 8 and compute.cluster.is_unique
+    assert set(s.cluster[predicted]) == set(compute.cluster)
+    assert not (s.split == pt.INCONSISTENT).any()
 
 
 def test_the_fit_reads_only_the_rows_the_rule_fits(splits: dict[str, pd.DataFrame], monkeypatch) -> None:
@@ -103,7 +139,7 @@ def test_the_committed_table_follows_the_rule_and_the_docs_show_it(splits: dict[
     assert pt.markdown(committed) in doc
     assert pt.markdown(committed.assign(error=committed.error * 1.01)) not in doc     # one percent off is caught
     summary = pt.summary(committed).set_index(["table", "family"])
-    assert summary.loc[("all", "ddp"), "count"] == 38 and summary.loc[("all", "wfbp"), "count"] == 12 + 5 + 9
+    assert summary.loc[("all", "ddp"), "count"] == 38 + 2 and summary.loc[("all", "wfbp"), "count"] == 12 + 5 + 9 + 32
 
 
 @pytest.mark.validation

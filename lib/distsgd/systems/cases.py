@@ -70,12 +70,15 @@ SURVEY_METHODS = {
 
 
 # The methods of the other public real-cluster tables (`timeline.public_tables`), as the sources ran them:
-# PyTorch's DDP benchmark (its default 25 MB buckets and the 1 MB rows), Horovod's first README table and
-# GRACE's uncompressed baseline (both Horovod's hook-driven all-reduce).
+# PyTorch's DDP benchmark (its default 25 MB buckets and the 1 MB rows), Horovod's first README table,
+# GRACE's uncompressed baseline (both Horovod's hook-driven all-reduce) and DLPerf's torch DDP (PyTorch 1.6,
+# bucket_cap_mb left at its default 25) and Horovod 0.19.0 / 0.19.5 rows (their defaults: 5 ms, 64 MiB).
 DDP_TABLE_METHODS = {"DDP 25 MB buckets": Method("ddp", {"bucket_mb": 25.0}, "all-reduce"),
                      "DDP 1 MB buckets": Method("ddp", {"bucket_mb": 1.0}, "all-reduce")}
 HOROVOD_TABLE_METHODS = {"Horovod": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
 GRACE_TABLE_METHODS = {"no compression": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
+DLPERF_TABLE_METHODS = {"DDP 25 MB buckets": DDP_TABLE_METHODS["DDP 25 MB buckets"],
+                        "Horovod": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
 
 
 def _case(method: str, label: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ why a CPU profile cannot stand in: ../shared/papers/SCALE.md, summarised in docs
 A projection is deterministic (committed profile, closed-form timeline), so its interval does not
 come from repeats. It comes from the simulator's error *measured on real clusters*: the survey's
 benchmark and the public tables (PyTorch's DDP benchmark, Horovod's first table, GRACE's
-throughputs) predicted row by row (`timeline.survey`, `timeline.public_tables`, the committed
+throughputs, DLPerf's tables) predicted row by row (`timeline.survey`, `timeline.public_tables`, the committed
 `reproduce/validation/survey_error.csv` and `public_error.csv`, docs/simulator_error.md), and the
 user's own runs, as bands keyed on the runtime model that made each prediction. The rule, fixed
 before any projection is made (`timeline.error_band`'s module docstring states it): a step time's

@@ -7,7 +7,7 @@ extremes of predicted / measured - 1 (`real_rows`, `TABLES`):
   `reproduce/validation/survey_error.csv`): every row, p = 4 to 32, on its connection's network
   (`survey.FABRICS`);
 - the public tables (`timeline.public_tables`, the committed `reproduce/validation/public_error.csv`:
-  PyTorch's DDP benchmark, Horovod's first README table, GRACE's released throughputs): every row
+  PyTorch's DDP benchmark, Horovod's first README table, GRACE's released throughputs, DLPerf's tables): every row
   that was predicted (fitted or held out; the survey's band holds its fitted rows too), on the stated
   inter-node network of its connection (`public_tables.Connection.inter`);
 - the user's own runs on several GPUs or nodes (`systems.run_validation`, <results root>/validation/

@@ -1,5 +1,6 @@
 """The simulator's error on the other public real-cluster tables: PyTorch's DDP benchmark, Horovod's
-first benchmark table and GRACE's released ResNet-50 throughputs, each read from its committed CSV
+first benchmark table, GRACE's released ResNet-50 throughputs and DLPerf's tables of torch DDP and Horovod
+runs, each read from its committed CSV
 (`reproduce/validation/*_measured.csv`, sources and stated settings in `TABLES` and
 reproduce/validation/README.md), predicted row by row by the path the survey's table uses
 (`timeline.survey`: `cases.Method`, `fit_link`, a committed V100 profile scaled to the table's own
@@ -28,6 +29,17 @@ The tables (`TABLES`, one `PublicTable` each):
   runs is not published). Schedule: `wfbp` under Horovod 0.18.2's fusion (5 ms, 64 MiB). Only the rows
   without compression are predicted; the compressed rows are committed, not predicted (the profile has
   no compression kernels).
+- `dlperf`: Oneflow-Inc/DLPerf's READMEs (samples/s, median of 5 or 7 runs) on one cluster: 4 nodes of 8
+  V100-SXM2-16GB (NVLink inside), one InfiniBand EDR 100 Gb/s NIC per node, each sub-table with its own
+  1-GPU row. Predicted: torch's DistributedDataParallel of PyTorch 1.6 (pytorch/examples imagenet,
+  bucket_cap_mb left at its default 25: `ddp` with 25 MB buckets) on ResNet-50 in the configuration DLPerf's
+  report publishes (torch.utils.data.DataLoader, 48 workers), and Horovod 0.19.0 (NGC TensorFlow 20.03-tf1:
+  ResNet-50, BERT-base) and 0.19.5 (gluon-cv ResNet-50 v1b, gluon-nlp BERT-base), fp32, their cycle and
+  threshold left at the defaults (5 ms, 64 MiB: `wfbp` under Horovod's cycle). Not predicted (`DLPERF_NOT_PREDICTED`):
+  apex's DDP (NGC PyTorch), Horovod in NGC MXNet with its 16 gradient groups and two NCCL streams, every AMP or
+  fp16 row, and pytorch/examples' other input pipelines. ResNet-50 (v1.5 and v1b) is the torchvision profile,
+  BERT-base the committed one at sequence 64 (DLPerf's: 128); only their proportions are used
+  (`PublicTable.profile_batch`).
 
 Which rows may be fitted (`split`, written down before any row of these tables was predicted;
 docs/simulator_error.md, "The public tables"), in the survey's rule extended to tables that measured
@@ -65,7 +77,7 @@ from ...paths import repo_root
 from ..layer_profile import Profile
 from .effects import WHATIF, Effects
 from .simulator import Prediction, simulate
-from ..cases import DDP_TABLE_METHODS, GRACE_TABLE_METHODS, HOROVOD_TABLE_METHODS, Method
+from ..cases import DDP_TABLE_METHODS, DLPERF_TABLE_METHODS, GRACE_TABLE_METHODS, HOROVOD_TABLE_METHODS, Method
 from .survey import MODEL_COLUMNS, SURVEY_EFFECTS, fit_link, net_label
 from .survey import load_error as survey_error
 from .sweep import find_profile
@@ -115,6 +127,8 @@ class PublicTable:
     anchor_model: str
     anchor_method: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    profile_batch: dict[str, int] = field(default_factory=dict)   # the kit's model -> the batch of the committed
+                                                                  # profile used, where the table's batch has none
 
     def path(self) -> Path:
         """The measured CSV in this checkout."""
@@ -233,7 +247,82 @@ GRACE_TABLE = PublicTable(
     notes=("Horovod 0.18.2's defaults: 5 ms cycle, 64 MiB fusion threshold (operations.cc)",
            "the single-GPU step: the one 1-worker run (10 Gb/s, MPI)"))
 
-TABLES = {t.name: t for t in (DDP_TABLE, HOROVOD_TABLE, GRACE_TABLE)}
+# ------------------------------------------------------------------ DLPerf's torch DDP and Horovod tables
+DLPERF_SOURCE = {"repo": "Oneflow-Inc/DLPerf", "path": "reports/dlperf_benchmark_test_report_v1.md",
+                 "commit": "c89430bac64f64caabb0445ff7eb80175641454c"}   # the cluster; each row names its README
+DLPERF_CONNECTION = "NVLink inside, 1 x 100 Gb/s InfiniBand EDR per node between"
+DLPERF_SINGLE = "1 GPU"              # a predicted sub-table's own 1-GPU row: its compute
+DLPERF_REPORTED = "DataLoader, 48 workers"     # pytorch/examples' input pipeline in DLPerf's report (348.62 at 1 GPU)
+DLPERF_PRECISION = "fp32"
+_INPUT_PIPELINE = ("an input pipeline of pytorch/examples other than the one DLPerf's report publishes for PyTorch "
+                   "(DataLoader, 48 workers); the simulator models no input pipeline, and the runtime is the same")
+_MIXED = ("mixed or half precision: DLPerf does not state the all-reduce's dtype, and the committed V100 profiles "
+          "are fp32 (their gradient bytes and per-layer proportions)")
+DLPERF_NOT_PREDICTED = {
+    **{f"DDP 25 MB buckets, {v}": _INPUT_PIPELINE
+       for v in ("DataLoader, 8 workers", "DALI, 8 workers", "DALI, 48 workers")},
+    "apex DDP": ("apex's DistributedDataParallel (NGC PyTorch 20.03; DeepLearningExamples' ConvNets training.py and "
+                 "BERT run_pretraining.py wrap the model in apex.parallel.DistributedDataParallel): a runtime the kit "
+                 "does not model"),
+    "Horovod in NGC MXNet": ("Horovod as DLPerf's runner.sh sets it inside NGC MXNet 20.03: MXNET_HOROVOD_NUM_GROUPS=16 "
+                             "(the container's MXNet all-reduces the gradients in 16 groups) and "
+                             "HOROVOD_NUM_NCCL_STREAMS=2, with a 0.1 ms cycle: grouping and streams the kit's "
+                             "per-gradient all-reduce under Horovod's cycle does not model"),
+    "Horovod, amp": _MIXED, "Horovod, fp16": _MIXED}
+
+
+def _dlperf_method(runtime: str, precision: str, variant: str, nproc: int) -> str:
+    """The method of a DLPerf row: a schedule of `DLPERF_TABLE_METHODS` (its 1-GPU row `DLPERF_SINGLE`)
+    or a key of `DLPERF_NOT_PREDICTED`."""
+    if runtime == "torch DDP":
+        method = "DDP 25 MB buckets" + ("" if variant == DLPERF_REPORTED else f", {variant}")
+    elif runtime == "apex DDP":
+        method = runtime
+    elif "MXNET_HOROVOD_NUM_GROUPS" in runtime:
+        method = "Horovod in NGC MXNet"
+    elif runtime.startswith("Horovod 0.19."):
+        method = "Horovod" + ("" if precision == DLPERF_PRECISION else f", {precision}")
+    else:
+        method = runtime
+    return DLPERF_SINGLE if nproc == 1 and method in DLPERF_TABLE_METHODS else method
+
+
+def _read_dlperf(df: pd.DataFrame) -> pd.DataFrame:
+    variant = df.variant.fillna("")
+    method = [_dlperf_method(r, p, v, n) for r, p, v, n in zip(df.runtime, df.precision, variant, df.nproc)]
+    cluster = [f"{f}: {m} {p} batch {b}" + (f", {v}" if v else "")
+               for f, m, p, b, v in zip(df.framework, df.model, df.precision, df.batch_size, variant)]
+    return pd.DataFrame(dict(cluster=cluster, connection=DLPERF_CONNECTION, model=df.model, method=method,
+                             batch_size=df.batch_size, nproc=df.nproc, nodes=df.nodes,
+                             step_s=df.batch_size * df.nproc / df.throughput, source=df.source, row=df.index))
+
+
+DLPERF_TABLE = PublicTable(
+    name="dlperf", title="DLPerf's tables (Oneflow-Inc/DLPerf)", source=DLPERF_SOURCE,
+    setting=("DLPerf (Oneflow-Inc/DLPerf): samples/s (median of 5 or 7 runs of 100 logged iterations) of ResNet-50 "
+             "v1.5 / v1b (batch 128 fp32) and BERT-base pretraining (sequence 128, batch 32/48/64 fp32) on 1, 2, 4, 8 "
+             "V100-SXM2-16GB in one node (NVLink) and 16, 32 in 2 and 4 (one Mellanox InfiniBand EDR 100 Gb/s NIC per "
+             "node), each sub-table with its own 1-GPU row; torch DDP of PyTorch 1.6 (pytorch/examples, NCCL 2.7.3), "
+             "apex DDP (NGC PyTorch 20.03), Horovod 0.19.0 (NGC TensorFlow 20.03-tf1, NGC MXNet 20.03) and 0.19.5 "
+             "(MXNet 1.6.0 with gluon-cv and gluon-nlp, NCCL 2.7.3), fp32 and AMP / fp16"),
+    measured_csv=VALIDATION / "dlperf_measured.csv", reader=_read_dlperf, gpus_per_node=8,
+    models={"ResNet-50 v1.5": "resnet50", "ResNet-50 v1b": "resnet50", "BERT-base": "bert_base"},
+    methods=DLPERF_TABLE_METHODS, not_predicted=DLPERF_NOT_PREDICTED,
+    connections={DLPERF_CONNECTION: Connection("NVLink", "IB-EDR", 100e9 / 8)},
+    effects=SURVEY_EFFECTS, compute_method=DLPERF_SINGLE,
+    anchor_model="ResNet-50 v1.5", anchor_method="DDP 25 MB buckets",
+    notes=("Horovod 0.19.0 and 0.19.5: operations.cc sets the cycle to 5 ms and the fusion threshold to 64 MiB; "
+           "DLPerf's scripts for these rows set no HOROVOD_* variable (the container's environment is taken not "
+           "to either)",
+           "torch DDP: pytorch/examples' main.py wraps the model in DistributedDataParallel(model, device_ids=...), "
+           "bucket_cap_mb its default 25",
+           "the transport between nodes is taken as NCCL over the InfiniBand NIC (DLPerf installs MLNX_OFED in the "
+           "NGC containers for it); the network is fitted on the DDP anchor, not assumed",
+           "profiles: ResNet-50 at batch 64 and BERT-base at batch 64 and sequence 64 (the committed V100 ones), "
+           "only their proportions"),
+    profile_batch={"resnet50": 64, "bert_base": 64})
+
+TABLES = {t.name: t for t in (DDP_TABLE, HOROVOD_TABLE, GRACE_TABLE, DLPERF_TABLE)}
 
 
 def _not_predicted(table: PublicTable, method: str) -> str:
@@ -261,7 +350,8 @@ def read(table: PublicTable, path: Path | None = None) -> pd.DataFrame:
 
 def gradient_bytes(table: PublicTable, model: str, batch_size: int) -> int:
     """Bytes of one gradient of `table`'s `model` (the committed profile's, `DEVICE`)."""
-    return _gradient_bytes(table.models[model], batch_size)
+    kit_model = table.models[model]
+    return _gradient_bytes(kit_model, table.profile_batch.get(kit_model, batch_size))
 
 
 @lru_cache(maxsize=None)
@@ -324,7 +414,9 @@ TARGET_MEDIAN, TARGET_MAX = 0.08, 0.25          # the targets on held-out rows, 
 def profiles(table: PublicTable, rows: pd.DataFrame) -> dict[tuple[str, str], Profile]:
     """{(model, cluster): the model's committed profile scaled to that cluster's single-GPU step}
     from the `COMPUTE` rows of `rows` (`split`)."""
-    return {(r.model, r.cluster): Profile.from_csv(find_profile(table.models[r.model], DEVICE, r.batch_size))
+    def batch(r: Any) -> int:
+        return table.profile_batch.get(table.models[r.model], r.batch_size)
+    return {(r.model, r.cluster): Profile.from_csv(find_profile(table.models[r.model], DEVICE, batch(r)))
             .scaled(float(r.step_s)) for r in rows[rows.split == COMPUTE].itertuples()}
 
 
