@@ -479,6 +479,21 @@ def test_the_registration_step_registers_the_pilots_power(tmp_path, monkeypatch)
     assert registration.changes(old, reg) == "power from the pilot for better, fast"
 
 
+
+def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -> None:
+    """`preregister(pilot_claims=...)`: the claims named take their power from the pilot; the others
+    (a wall-clock claim whose spread is the machine's, not the seeds') are registered without one."""
+    folder = tmp_path / "pilot"
+    (folder / "T").mkdir(parents=True)
+    pilot(fast=(2.2, 2.6), better=(-0.2, 0.1)).to_csv(folder / "T" / "claims.csv", index=False)
+    staged = tmp_path / "staged.json"
+    monkeypatch.setenv(REGISTER_ENV, str(staged))
+    monkeypatch.setenv(registration.PILOT_ENV, str(folder))
+    registered_claims().preregister(design=DESIGN, pilot_claims=["better"])
+    tests = json.loads(staged.read_text())["tests"]
+    assert tests["better"]["expected_width"] == pytest.approx(0.3) and "contains 0" in tests["better"]["undecidable"]
+    assert tests["fast"]["expected_width"] is None and tests["fast"]["undecidable"] is None
+
 NOTEBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

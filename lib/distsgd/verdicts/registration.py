@@ -147,9 +147,11 @@ def read_pilot(notebook: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]
 
 
 def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
-           pilot: tuple[pd.DataFrame | None, pd.DataFrame | None], test_objects: Mapping[str, Any]) -> dict:
+           pilot: tuple[pd.DataFrame | None, pd.DataFrame | None], test_objects: Mapping[str, Any],
+           only: Any = None) -> dict:
     """The registration of `notebook`: its design and, per claim, its test fields with the pilot's
-    power (`power`)."""
+    power (`power`); `only` (ids), where given, the claims whose power the pilot gives (the others
+    have none: their quantity is not what the pilot's seeds vary)."""
     designs = {}
     for phase in ("T", "4T"):
         pilot_reg = pilot_folder(notebook) / "registered" / phase / f"{notebook}.json"
@@ -159,7 +161,8 @@ def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
     pilot_design = designs["T"]
     out = {}
     for id, fields in tests.items():
-        p = power(test_objects[id], id, *pilot, scale=scale["T"], scale_4t=scale["4T"])
+        p = (power(test_objects[id], id, *pilot, scale=scale["T"], scale_4t=scale["4T"])
+             if only is None or id in only else Power(None, None))
         out[id] = dict(fields, expected_width=p.expected_width, undecidable=p.undecidable)
     return {"notebook": notebook, "design": dict(design), "pilot": pilot_design, "tests": out}
 
