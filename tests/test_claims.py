@@ -480,6 +480,11 @@ def test_the_registration_step_registers_the_pilots_power(tmp_path, monkeypatch)
 
 
 
+def test_a_design_names_its_seeds_as_a_list_or_a_count() -> None:
+    assert registration.seed_count({"seeds": [100, 101, 102]}) == 3 and registration.seed_count({"seeds": 10}) == 10
+    assert registration.seed_count({"steps": 300}) is None and registration.seed_count(None) is None
+
+
 def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -> None:
     """`preregister(pilot_claims=...)`: the claims named take their power from the pilot; the others
     (a wall-clock claim whose spread is the machine's, not the seeds') are registered without one."""

@@ -146,6 +146,15 @@ def read_pilot(notebook: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]
 # --------------------------------------------------------------------------- the file
 
 
+def seed_count(design: Any) -> int | None:
+    """How many seeds a design names: the length of its `seeds` list, or `seeds` itself where it is
+    a count (08's paired seeds seed, seed + 1, ...); None where it names none."""
+    seeds = design.get("seeds") if isinstance(design, Mapping) else None
+    if isinstance(seeds, list):
+        return len(seeds)
+    return seeds if isinstance(seeds, int) and not isinstance(seeds, bool) else None
+
+
 def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
            pilot: tuple[pd.DataFrame | None, pd.DataFrame | None], test_objects: Mapping[str, Any],
            only: Any = None) -> dict:
@@ -156,8 +165,7 @@ def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
     for phase in ("T", "4T"):
         pilot_reg = pilot_folder(notebook) / "registered" / phase / f"{notebook}.json"
         designs[phase] = json.loads(pilot_reg.read_text()).get("design") if pilot_reg.is_file() else None
-    count = lambda d: len(d["seeds"]) if isinstance(d, Mapping) and isinstance(d.get("seeds"), list) else None  # noqa: E731
-    scale = {phase: seed_scale(count(d), count(design)) for phase, d in designs.items()}
+    scale = {phase: seed_scale(seed_count(d), seed_count(design)) for phase, d in designs.items()}
     pilot_design = designs["T"]
     out = {}
     for id, fields in tests.items():
