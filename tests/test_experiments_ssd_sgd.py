@@ -14,6 +14,7 @@ from distsgd.verdicts.claims import Claims, paired_accuracy_resolution
 from distsgd.experiments import ssd_sgd as ssd_exp
 
 REGISTERED = Path(__file__).resolve().parent.parent / "reproduce" / "registered" / "quick"
+PILOT = Path(__file__).resolve().parent.parent / "reproduce" / "pilots" / "quick" / "08_ssd_sgd"
 SSD = {"warmup": 30, "local_lr_scale": 4.0, "local_rule": "cosdcasgd"}
 
 
@@ -41,17 +42,48 @@ def test_parameters_and_the_committed_registration(notebook_defaults) -> None:
     resolution = paired_accuracy_resolution(p["expected_acc"], 1000, p["seeds"])      # 1,000 held-out MNIST images
     claims = Claims("08_ssd_sgd")
     profile, band = ssd_exp.register_claims(claims, [2, 5], 5, p["local_rule"], p["seeds"], 1000, p["acc_data"],
-                                            resolution, p["expected_acc"])
+                                            resolution, p["expected_acc"], margin_points=p["margins"]["acc_points"])
     design = ssd_exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "acc_data",
                                              "periods", "warmup", "local_lr_scale", "local_rule", "bandwidth_ratio",
                                              "low_latency", "latency_ratio", "backend")))
     committed = json.loads((REGISTERED / "08_ssd_sgd.json").read_text())
     assert registration.differences(claims.registered_tests(), design, committed) == []
-    assert "expected half-width 1.1 points at 95% accuracy" in claims.claims["acc_close_k5"].test.statistic
     assert {t["form"] for t in committed["tests"].values()} == {"non-inferiority", "superiority"}
-    assert all(t["source"].startswith("null:") and t["expected_width"] is None for t in committed["tests"].values())
+    # acc_close_k*: the pilot's margin (S-SGD's seed SD); the accuracy claims' power from the pilot, not the timing ones'
+    close = committed["tests"]["acc_close_k5"]
+    assert close["source"] == ssd_exp.CLOSE_PILOT and close["threshold"] == p["margins"]["acc_points"] > 0
+    assert committed["pilot"]["seeds"] == 10 and committed["pilot"]["seed"] == 100    # seeds 100-109, disjoint from 0-2
+    for id, t in committed["tests"].items():
+        assert (t["expected_width"] is not None) == (id in ssd_exp.pilot_claims([2, 5]))
+        assert id.startswith("acc_close") or t["source"].startswith("null:")
     assert profile.model == "resnet20" and claims.claims["warmup_needed"].precheck is None
     assert band is None and claims.claims["proj_latency_gain_grows"].precheck.startswith("not covered")
+
+
+def test_the_margin_of_as_good_as_is_the_pilots_and_the_pilot_itself_tests_the_null() -> None:
+    claims = Claims("08_ssd_sgd")
+    ssd_exp.register_claims(claims, [2, 5], 5, "cosdcasgd", 3, 1000, "mnist", 1.1, 0.95, margin_points=0.4)
+    test = claims.claims["acc_close_k2"].test
+    assert (test.threshold, test.side, test.source) == (0.4, "<=", ssd_exp.CLOSE_PILOT) and "08_ssd_sgd/T" in test.source
+    assert "expected half-width" not in test.statistic and claims.claims["warmup_needed"].test.threshold == 0
+    pilot = Claims("08_ssd_sgd")
+    ssd_exp.register_claims(pilot, [2, 5], 5, "cosdcasgd", 10, 1000, "mnist", 0.6, 0.95)
+    assert pilot.claims["acc_close_k2"].test.threshold == 0 and pilot.claims["acc_close_k2"].test.source == ssd_exp.CLOSE
+    assert "expected half-width 0.6 points" in pilot.claims["acc_close_k2"].test.statistic
+    assert ssd_exp.pilot_claims([2, 5]) == ["acc_close_k2", "acc_close_k5", "warmup_needed", "local_rule_needed"]
+
+
+def test_the_margin_is_the_pilots_seed_spread(notebook_defaults) -> None:
+    """acc_close_k*'s margin is S-SGD's seed SD the pilot printed, on seeds disjoint from the deciding ones."""
+    import re
+
+    pilot = pd.read_csv(PILOT / "T" / "claims.csv").set_index("id").measured
+    sd = {re.search(r"S-SGD's seed SD ([0-9.e-]+) points", pilot[f"acc_close_k{k}"]).group(1) for k in (2, 5)}
+    p = notebook_defaults("08_ssd_sgd")
+    assert sd == {str(p["margins"]["acc_points"])} and (PILOT / "4T" / "claims.csv").is_file()
+    design = json.loads((PILOT / "registered" / "T" / "08_ssd_sgd.json").read_text())["design"]
+    pilot_seeds = set(range(design["seed"], design["seed"] + design["seeds"]))
+    assert len(pilot_seeds) == 10 and not pilot_seeds & set(range(p["seed"], p["seed"] + p["seeds"]))
 
 
 def test_scaled_networks_from_the_unemulated_runs(monkeypatch) -> None:
@@ -117,6 +149,7 @@ def test_decide_accuracy_pairs_the_seeds_per_test_image() -> None:
     assert table.loc["acc_close_k2", "estimate"] == 0 and table.loc["acc_close_k5", "estimate"] == pytest.approx(25)
     assert table.loc["warmup_needed", "estimate"] == pytest.approx(75)
     assert table.loc["local_rule_needed", "estimate"] == pytest.approx(-25)
+    assert table.loc["acc_close_k5", "measured"].endswith("; S-SGD's seed SD 0 points")     # the pilot's margin
 
 
 def test_the_projected_latency_claim(tmp_path) -> None:
