@@ -29,7 +29,7 @@ import datetime as dt
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,7 +157,7 @@ def seed_count(design: Any) -> int | None:
 
 def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
            pilot: tuple[pd.DataFrame | None, pd.DataFrame | None], test_objects: Mapping[str, Any],
-           only: Any = None) -> dict:
+           only: Sequence[str] | None = None) -> dict:
     """The registration of `notebook`: its design and, per claim, its test fields with the pilot's
     power (`power`); `only` (ids), where given, the claims whose power the pilot gives (the others
     have none: their quantity is not what the pilot's seeds vary)."""
