@@ -66,20 +66,39 @@ def check_parameters(nproc: int, slow_speed: float, seeds: int) -> list[float]:
     return [1.0] * (nproc - 1) + [float(slow_speed)]
 
 
-def register_claims(claims: Claims, period: int, seeds: int, extra_models: list[str], repeats: int) -> None:
+PILOT_WHERE = "reproduce/pilots/<profile>/01_cocod_sgd/T/claims.csv"
+LIKE_LOCAL = ("null: no difference, ratio 1 (the paper states the same iteration complexity, no tolerance; this run "
+              "is the pilot whose seed spread gives the margin)")
+LIKE_LOCAL_PILOT = ("pilot: exp of one seed SD of local SGD's log final training loss over the pilot's seeds "
+                    f"({PILOT_WHERE} on the seeds its registration names, local SGD's seed SD in "
+                    "per_iteration_like_local's measured)")
+
+
+def pilot_claims(extra_models: list[str]) -> list[str]:
+    """The claims whose expected width (and undecidability) the registered pilot gives: the
+    per-iteration ones, paired over seeds; not the wall-clock one, whose spread is this machine's, nor
+    the projections, which the seeds do not vary."""
+    return ["per_iteration_like_local"] + [f"per_iteration_like_local_{m}" for m in extra_models]
+
+
+def register_claims(claims: Claims, period: int, seeds: int, extra_models: list[str], repeats: int,
+                    margin_ratio: float | None = None) -> None:
     """Register the measured claims: CoCoD-SGD's final training loss over local SGD's (same `period`) at
-    most 1 on the notebook's model and on each of `extra_models` (paired seeds; non-inferiority at the
-    null: the paper gives no tolerance for "the same iteration complexity" and no pilot gives one), and
-    more than nothing of its modeled communication hidden (superiority over the null 0, the median over
-    `repeats` interleaved pairs; the blocking control's precheck is its premise)."""
+    most `margin_ratio` on the notebook's model and on each of `extra_models` (paired seeds;
+    non-inferiority: the paper gives no tolerance for "the same iteration complexity", so the margin
+    is exp of one seed SD of local SGD's log final training loss over the registered pilot's seeds,
+    whose power the registration holds; None is the pilot itself, or a profile without one: the null,
+    ratio 1), and more than nothing of its modeled communication hidden (superiority over the null 0,
+    the median over `repeats` interleaved pairs; the blocking control's precheck is its premise)."""
+    margin, source = (1.0, LIKE_LOCAL) if margin_ratio is None else (float(margin_ratio), LIKE_LOCAL_PILOT)
     models = [("per_iteration_like_local", "")] + [(f"per_iteration_like_local_{m}", f"{m}: ") for m in extra_models]
     for cid, prefix in models:
         claims.register(
             cid, f"{prefix}per iteration, CoCoD-SGD converges like local SGD with the same period (k={period})",
             "same iteration complexity as local SGD",
-            Test("final training loss ratio CoCoD-SGD / local SGD", "<=", 1.0,
+            Test("final training loss ratio CoCoD-SGD / local SGD", "<=", margin,
                  f"95% paired t interval over {seeds} seeds of the log ratio, exponentiated", form="non-inferiority",
-                 source="null: no difference, ratio 1 (the paper states the same iteration complexity, no tolerance)"))
+                 source=source))
     claims.register(
         "hidden_communication", "CoCoD-SGD hides its communication behind computation (comm-bound network)",
         "communication off the critical path",
@@ -464,14 +483,17 @@ def decide_at_setting(claims: Claims, cid: str, real: dict[str, Result], slower:
 def decide_per_iteration(claims: Claims, cid: str, per_seed: pd.DataFrame, model: str | None = None) -> str:
     """Decide a per-iteration claim from `per_iteration_pairs`: the geometric mean of the loss ratio
     CoCoD-SGD / local SGD, with the paired t interval of the mean log ratio, exponentiated. `model`
-    (an extra model) prefixes the per-seed ratios; without it the test accuracies are added. Returns
-    the verdict."""
+    (an extra model) prefixes the per-seed ratios; without it the test accuracies are added. The
+    measured text ends with local SGD's seed SD of its log final training loss (ddof 1) and its exp,
+    the margin a pilot gives. Returns the verdict."""
     log_c, log_l = np.log(per_seed["CoCoD-SGD final train loss"]), np.log(per_seed["local SGD final train loss"])
     lo, hi = interval_or_nan(paired_interval, log_c, log_l)
     ratios = f"loss ratio per seed {', '.join(f'{v:.2f}' for v in per_seed['loss ratio'])}"
     measured = (f"{model}: {ratios}" if model else
                 f"{ratios}; test acc CoCoD-SGD {per_seed['CoCoD-SGD test acc'].mean():.4f} vs local SGD "
                 f"{per_seed['local SGD test acc'].mean():.4f} (mean of {len(per_seed)} seeds)")
+    sd = float(np.std(log_l, ddof=1)) if len(log_l) > 1 else float("nan")
+    measured += f"; local SGD's seed SD of log final training loss {sd:.3g} (exp {np.exp(sd):.4f})"
     return claims.decide(cid, np.exp(lo), np.exp(hi), float(np.exp((log_c - log_l).mean())), measured)
 
 
