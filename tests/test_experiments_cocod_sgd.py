@@ -99,7 +99,8 @@ def test_register_projection_every_model_and_comparison() -> None:
 def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
     claims = Claims("01_cocod_sgd")
     p = notebook_defaults("01_cocod_sgd")
-    exp.register_claims(claims, p["period"], p["seeds"], p["extra_models"], p["repeats"])
+    exp.register_claims(claims, p["period"], p["seeds"], p["extra_models"], p["repeats"],
+                        margin_ratio=p["margins"]["loss_ratio"])
     exp.register_projection(claims, p["period"], exp.paper_setting(p["paper_setting"], p["model"]), ONE_HOST)
     design = exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "extra_models",
                                          "period", "comm_ratios", "latency", "repeats", "control_repeats", "pair_steps",
@@ -107,9 +108,42 @@ def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
     committed = json.loads((ROOT / "reproduce" / "registered" / "quick" / "01_cocod_sgd.json").read_text())
     assert registration.differences(claims.registered_tests(), design, committed) == []
     tests = committed["tests"]
-    assert (tests["per_iteration_like_local"]["form"], tests["per_iteration_like_local"]["threshold"]) == ("non-inferiority", 1.0)
+    like = tests["per_iteration_like_local"]
+    assert (like["form"], like["threshold"], like["source"]) == ("non-inferiority", p["margins"]["loss_ratio"],
+                                                                exp.LIKE_LOCAL_PILOT) and like["threshold"] > 1
     assert (tests["hidden_communication"]["form"], tests["hidden_communication"]["threshold"]) == ("superiority", 0.0)
-    assert all(t["expected_width"] is None for t in tests.values())          # no pilot (module doc of the notebook)
+    assert committed["pilot"]["seeds"] == 10 and committed["pilot"]["seed"] == 100    # seeds 100-109, disjoint from 0-2
+    for id, t in tests.items():      # the pilot gives the per-iteration claim's power only
+        assert (t["expected_width"] is not None) == (id in exp.pilot_claims(p["extra_models"]))
+
+
+def test_the_margin_of_as_good_as_is_the_pilots_and_the_pilot_itself_tests_the_null() -> None:
+    claims = Claims("01_cocod_sgd")
+    exp.register_claims(claims, 4, 3, ["vgg16"], 9, margin_ratio=1.05)
+    test = claims._get("per_iteration_like_local").test
+    assert (test.threshold, test.side, test.source) == (1.05, "<=", exp.LIKE_LOCAL_PILOT) and "01_cocod_sgd/T" in test.source
+    assert claims._get("per_iteration_like_local_vgg16").test.threshold == 1.05
+    assert claims._get("hidden_communication").test.threshold == 0
+    pilot = Claims("01_cocod_sgd")
+    exp.register_claims(pilot, 4, 10, [], 2)
+    assert (pilot._get("per_iteration_like_local").test.threshold, pilot._get("per_iteration_like_local").test.source) == (
+        1.0, exp.LIKE_LOCAL)
+    assert exp.pilot_claims(["vgg16"]) == ["per_iteration_like_local", "per_iteration_like_local_vgg16"]
+
+
+def test_the_margin_is_the_pilots_seed_spread(notebook_defaults) -> None:
+    """per_iteration_like_local's margin is exp of local SGD's seed SD of its log final training loss
+    that the pilot printed, on seeds disjoint from the deciding ones."""
+    import re
+
+    pilot_dir = ROOT / "reproduce" / "pilots" / "quick" / "01_cocod_sgd"
+    measured = pd.read_csv(pilot_dir / "T" / "claims.csv").set_index("id").measured["per_iteration_like_local"]
+    margin = re.search(r"local SGD's seed SD of log final training loss [0-9.e-]+ \(exp ([0-9.]+)\)", measured).group(1)
+    p = notebook_defaults("01_cocod_sgd")
+    assert float(margin) == p["margins"]["loss_ratio"] and (pilot_dir / "4T" / "claims.csv").is_file()
+    design = json.loads((pilot_dir / "registered" / "T" / "01_cocod_sgd.json").read_text())["design"]
+    pilot_seeds = set(range(design["seed"], design["seed"] + design["seeds"]))
+    assert len(pilot_seeds) == 10 and not pilot_seeds & set(range(p["seed"], p["seed"] + p["seeds"]))
 
 
 def test_net_for_gives_the_all_reduce_time_asked() -> None:
@@ -248,9 +282,11 @@ def test_decide_per_iteration_and_hidden() -> None:
     exp.decide_per_iteration(claims, "per_iteration_like_local_vgg16", per_seed, model="vgg16")
     t = claims.table().set_index("id")
     assert t.loc["per_iteration_like_local", "estimate"] == pytest.approx(2 ** (1 / 3))
+    sd = np.std(np.log([0.1, 0.3, 0.4]), ddof=1)                 # local SGD's: the margin a pilot gives
+    spread = f"; local SGD's seed SD of log final training loss {sd:.3g} (exp {np.exp(sd):.4f})"
     assert t.loc["per_iteration_like_local", "measured"] == ("loss ratio per seed 2.00, 1.00, 1.00; test acc CoCoD-SGD "
-                                                             "0.9000 vs local SGD 0.8000 (mean of 3 seeds)")
-    assert t.loc["per_iteration_like_local_vgg16", "measured"] == "vgg16: loss ratio per seed 2.00, 1.00, 1.00"
+                                                             "0.9000 vs local SGD 0.8000 (mean of 3 seeds)" + spread)
+    assert t.loc["per_iteration_like_local_vgg16", "measured"] == "vgg16: loss ratio per seed 2.00, 1.00, 1.00" + spread
     pairs = pd.DataFrame({"hidden": [0.9, 0.95, 0.85, 0.92, 0.91, 0.93, 0.94, 0.9, 0.96],
                           "modeled communication (ms/step)": [2.0] * 9})
     assert exp.decide_hidden(claims, pairs, 0.1, 2) == "reproduced"

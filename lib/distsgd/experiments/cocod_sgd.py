@@ -67,8 +67,8 @@ def check_parameters(nproc: int, slow_speed: float, seeds: int) -> list[float]:
 
 
 PILOT_WHERE = "reproduce/pilots/<profile>/01_cocod_sgd/T/claims.csv"
-LIKE_LOCAL = ("null: no difference, ratio 1 (the paper states the same iteration complexity, no tolerance; this run "
-              "is the pilot whose seed spread gives the margin)")
+# the margin without a pilot's (the pilot itself, or a profile without one: full, rehearsal)
+LIKE_LOCAL = "null: no difference, ratio 1 (the paper states the same iteration complexity, no tolerance)"
 LIKE_LOCAL_PILOT = ("pilot: exp of one seed SD of local SGD's log final training loss over the pilot's seeds "
                     f"({PILOT_WHERE} on the seeds its registration names, local SGD's seed SD in "
                     "per_iteration_like_local's measured)")
