@@ -486,7 +486,7 @@ def test_a_design_names_its_seeds_as_a_list_or_a_count() -> None:
 
 
 def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -> None:
-    """`preregister(pilot_claims=...)`: the claims named take their power from the pilot; the others
+    """`Claims.pilot_claims`: the claims named take their power from the pilot; the others
     (a wall-clock claim whose spread is the machine's, not the seeds') are registered without one."""
     folder = tmp_path / "pilot"
     (folder / "T").mkdir(parents=True)
@@ -494,7 +494,9 @@ def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -
     staged = tmp_path / "staged.json"
     monkeypatch.setenv(REGISTER_ENV, str(staged))
     monkeypatch.setenv(registration.PILOT_ENV, str(folder))
-    registered_claims().preregister(design=DESIGN, pilot_claims=["better"])
+    claims = registered_claims()
+    claims.pilot_claims = ["better"]
+    claims.preregister(design=DESIGN)
     tests = json.loads(staged.read_text())["tests"]
     assert tests["better"]["expected_width"] == pytest.approx(0.3) and "contains 0" in tests["better"]["undecidable"]
     assert tests["fast"]["expected_width"] is None and tests["fast"]["undecidable"] is None

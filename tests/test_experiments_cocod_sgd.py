@@ -100,7 +100,7 @@ def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
     claims = Claims("01_cocod_sgd")
     p = notebook_defaults("01_cocod_sgd")
     exp.register_claims(claims, p["period"], p["seeds"], p["extra_models"], p["repeats"],
-                        margin_ratio=p["margins"]["loss_ratio"])
+                        margins=p["margins"])
     exp.register_projection(claims, p["period"], exp.paper_setting(p["paper_setting"], p["model"]), ONE_HOST)
     design = exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "extra_models",
                                          "period", "comm_ratios", "latency", "repeats", "control_repeats", "pair_steps",
@@ -119,7 +119,7 @@ def test_the_registration_is_the_committed_one(notebook_defaults) -> None:
 
 def test_the_margin_of_as_good_as_is_the_pilots_and_the_pilot_itself_tests_the_null() -> None:
     claims = Claims("01_cocod_sgd")
-    exp.register_claims(claims, 4, 3, ["vgg16"], 9, margin_ratio=1.05)
+    exp.register_claims(claims, 4, 3, ["vgg16"], 9, margins={"loss_ratio": 1.05})
     test = claims._get("per_iteration_like_local").test
     assert (test.threshold, test.side, test.source) == (1.05, "<=", exp.LIKE_LOCAL_PILOT) and "01_cocod_sgd/T" in test.source
     assert claims._get("per_iteration_like_local_vgg16").test.threshold == 1.05

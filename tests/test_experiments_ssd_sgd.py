@@ -42,7 +42,7 @@ def test_parameters_and_the_committed_registration(notebook_defaults) -> None:
     resolution = paired_accuracy_resolution(p["expected_acc"], 1000, p["seeds"])      # 1,000 held-out MNIST images
     claims = Claims("08_ssd_sgd")
     profile, band = ssd_exp.register_claims(claims, [2, 5], 5, p["local_rule"], p["seeds"], 1000, p["acc_data"],
-                                            resolution, p["expected_acc"], margin_points=p["margins"]["acc_points"])
+                                            resolution, p["expected_acc"], margins=p["margins"])
     design = ssd_exp.design(*(p[k] for k in ("seed", "seeds", "steps", "nproc", "batch_size", "model", "data", "acc_data",
                                              "periods", "warmup", "local_lr_scale", "local_rule", "bandwidth_ratio",
                                              "low_latency", "latency_ratio", "backend")))
@@ -62,7 +62,7 @@ def test_parameters_and_the_committed_registration(notebook_defaults) -> None:
 
 def test_the_margin_of_as_good_as_is_the_pilots_and_the_pilot_itself_tests_the_null() -> None:
     claims = Claims("08_ssd_sgd")
-    ssd_exp.register_claims(claims, [2, 5], 5, "cosdcasgd", 3, 1000, "mnist", 1.1, 0.95, margin_points=0.4)
+    ssd_exp.register_claims(claims, [2, 5], 5, "cosdcasgd", 3, 1000, "mnist", 1.1, 0.95, margins={"acc_points": 0.4})
     test = claims.claims["acc_close_k2"].test
     assert (test.threshold, test.side, test.source) == (0.4, "<=", ssd_exp.CLOSE_PILOT) and "08_ssd_sgd/T" in test.source
     assert "expected half-width" not in test.statistic and claims.claims["warmup_needed"].test.threshold == 0

@@ -6,6 +6,7 @@ invariant, the projection and the decisions."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +83,16 @@ def pilot_claims(extra_models: list[str]) -> list[str]:
 
 
 def register_claims(claims: Claims, period: int, seeds: int, extra_models: list[str], repeats: int,
-                    margin_ratio: float | None = None) -> None:
+                    margins: Mapping[str, float] | None = None) -> None:
     """Register the measured claims: CoCoD-SGD's final training loss over local SGD's (same `period`) at
-    most `margin_ratio` on the notebook's model and on each of `extra_models` (paired seeds;
+    most `margins["loss_ratio"]` on the notebook's model and on each of `extra_models` (paired seeds;
     non-inferiority: the paper gives no tolerance for "the same iteration complexity", so the margin
     is exp of one seed SD of local SGD's log final training loss over the registered pilot's seeds,
     whose power the registration holds; None is the pilot itself, or a profile without one: the null,
     ratio 1), and more than nothing of its modeled communication hidden (superiority over the null 0,
     the median over `repeats` interleaved pairs; the blocking control's precheck is its premise)."""
-    margin, source = (1.0, LIKE_LOCAL) if margin_ratio is None else (float(margin_ratio), LIKE_LOCAL_PILOT)
+    margin, source = (1.0, LIKE_LOCAL) if margins is None else (float(margins["loss_ratio"]), LIKE_LOCAL_PILOT)
+    claims.pilot_claims = pilot_claims(extra_models)
     models = [("per_iteration_like_local", "")] + [(f"per_iteration_like_local_{m}", f"{m}: ") for m in extra_models]
     for cid, prefix in models:
         claims.register(

@@ -82,12 +82,12 @@ def pilot_claims(acc_periods: Sequence[int]) -> list[str]:
 def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local_rule: str, seeds: int, n_test: int,
                     acc_data: str, resolution: float, expected_acc: float, setting: PaperSetting | None = None,
                     allocation: Allocation | None = None,
-                    margin_points: float | None = None) -> tuple[Profile, RatioBand | None]:
+                    margins: Mapping[str, float] | None = None) -> tuple[Profile, RatioBand | None]:
     """Register the notebook's claims before any run. On accuracy (paired test over `seeds` seeds x
-    `n_test` test images): S-SGD - SSD-SGD <= `margin_points` for each k <= 5 (non-inferiority; the
+    `n_test` test images): S-SGD - SSD-SGD <= `margins["acc_points"]` for each k <= 5 (non-inferiority; the
     margin is one seed SD of S-SGD's final test accuracy over the registered pilot's seeds, whose
     power the registration holds), and at k = `kmax` the warm-up and the local rule each cost
-    accuracy when removed (superiority over the null, > 0). `margin_points` None is the pilot itself
+    accuracy when removed (superiority over the null, > 0). `margins` None is the pilot itself
     (or a profile without one): the margin is the null, 0 points, and the statistic states the
     expected half-width `resolution` points at `expected_acc` instead. On time: the throughput gain over S-SGD grows with the
     network's latency (superiority over the null; measured, and projected at the paper's setting
@@ -97,8 +97,9 @@ def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local
     profile and band (None: not covered)."""
     paired = f"paired 95% interval, {seeds} seeds x {n_test} {acc_data} test images (paired_accuracy_interval"
     paired += (f"; expected half-width {resolution:.1f} points at {100 * expected_acc:.0f}% accuracy)"
-               if margin_points is None else ")")
-    margin, close = (0.0, CLOSE) if margin_points is None else (float(margin_points), CLOSE_PILOT)
+               if margins is None else ")")
+    margin, close = (0.0, CLOSE) if margins is None else (float(margins["acc_points"]), CLOSE_PILOT)
+    claims.pilot_claims = pilot_claims(acc_periods)
     for k in acc_periods:
         claims.register(f"acc_close_k{k}", f"SSD-SGD (k={k}) reaches S-SGD's accuracy", "close to S-SGD for small k",
                         Test(f"test accuracy S-SGD - SSD-SGD k={k} (points)", "<=", margin, paired,

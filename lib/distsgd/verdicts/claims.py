@@ -218,6 +218,7 @@ class Claims:
     claims: dict[str, Claim] = field(default_factory=dict)
     invariants: list[dict] = field(default_factory=list)
     preregistered: bool = False
+    pilot_claims: list[str] | None = None   # the claims whose power the registered pilot gives (None: all)
 
     def register(self, id: str, claim: str, paper: str, test: Test) -> None:
         """Fix a claim's test before the run. `paper` is what the paper reports or states."""
@@ -234,15 +235,15 @@ class Claims:
                 for c in self.claims.values()}
 
     def preregister(self, dry_run: bool = False, folder: Path | None = None,
-                    design: Mapping[str, Any] | None = None, pilot_claims: Sequence[str] | None = None) -> Path | None:
+                    design: Mapping[str, Any] | None = None) -> Path | None:
         """Hold the registered tests and the `design` (the deciding seeds and run length) to their
         registration ``<folder>/<notebook>.json`` (`registration_folder`) before any run: none, or a
         test, claim or design entry that differs, raises `RegistrationError` naming them. A claim the
         registration calls undecidable is prechecked with its reason. The registration step
         (``reproduce/run.py --register``, `registration.staging_file`) stages the registration with
         the pilot's power instead, and the notebook stops there. A dry run (claims computed, not
-        asserted) compares nothing. `pilot_claims`: the claims whose power the pilot gives (None:
-        every claim its table decides). Returns the registration (None in a dry run). `decide`
+        asserted) compares nothing. Only the claims in `pilot_claims` take their power from the pilot
+        (None: every claim its table decides). Returns the registration (None in a dry run). `decide`
         refuses claims before this."""
         self.preregistered = True
         if dry_run:
@@ -254,7 +255,7 @@ class Claims:
 
             reg = registration.record(self.notebook, self.registered_tests(), design,
                                       registration.read_pilot(self.notebook),
-                                      {c.id: c.test for c in self.claims.values()}, only=pilot_claims)
+                                      {c.id: c.test for c in self.claims.values()}, only=self.pilot_claims)
             write_text_atomic(staging, json.dumps(reg, indent=1, ensure_ascii=False) + "\n")
             print(f"{len(reg['tests'])} tests staged for registration in {staging}")
             return staging
