@@ -117,10 +117,11 @@ def test_hooked_iteration_takes_the_time_of_the_unhooked_one():
     # by far more than the tolerance. The hooks cost ~1 us per stamp (14 stamps) against ~3 ms per
     # iteration; medians over interleaved hooked/un-hooked rounds (ratios of 1.03-1.05 seen alone).
     # A wall-clock ratio: it runs in the `timing` suite at normal priority (1.50 beside the notebooks
-    # in CI), where an idle-class suite beside it still moved one measurement to 0.61; a bug moves
-    # every measurement, so an out-of-band ratio is measured once more and fails only if it repeats.
+    # in CI), where the idle-class suites on the other core still moved measurements to 0.61, 0.66
+    # and 0.39; a bug moves every measurement, so an out-of-band ratio is measured again, up to three
+    # times, and fails only if every one is out of band.
     ratios = []
-    for _ in range(2):
+    for _ in range(3):
         m = measure("mlp", (3, 32, 32), 16, reps=7, warmup=2, threads=1, options={"hidden": [512, 512]})
         ratios.append(m.hook_ratio)
         if 0.8 < m.hook_ratio < 1.25:
