@@ -78,7 +78,7 @@ DDP_TABLE_METHODS = {"DDP 25 MB buckets": Method("ddp", {"bucket_mb": 25.0}, "al
 HOROVOD_TABLE_METHODS = {"Horovod": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
 GRACE_TABLE_METHODS = {"no compression": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
 DLPERF_TABLE_METHODS = {"DDP 25 MB buckets": DDP_TABLE_METHODS["DDP 25 MB buckets"],
-                        "Horovod": Method("wfbp", HOROVOD_CYCLE, "all-reduce")}
+                        "Horovod": HOROVOD_TABLE_METHODS["Horovod"]}
 
 
 def _case(method: str, label: str) -> dict[str, Any]:
