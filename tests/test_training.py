@@ -92,6 +92,27 @@ def test_failing_worker_fails_the_run_fast_naming_its_rank(monkeypatch, how):
     assert expected in str(info.value)
 
 
+def test_the_root_cause_is_the_rank_that_failed_first_by_a_nanosecond(tmp_path, monkeypatch):
+    """Rank 1 fails, then rank 0 (its peer gone) a nanosecond later: a clock of a kernel jiffy
+    would stamp both error files alike; the launcher, the srun path and `show` name rank 1."""
+    from distsgd.training import launch, liveness, worker
+    (tmp_path / "ranks").mkdir()
+    start = 1_795_000_000_000_000_000
+    for rank, offset in [(1, 0), (0, 1)]:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setattr(worker.time, "time_ns", lambda: start + offset)
+        try:
+            raise RuntimeError(f"rank {rank} fails")
+        except RuntimeError:
+            worker.record_error(tmp_path)
+    assert worker.error_file(tmp_path, 1).stat().st_mtime_ns == start
+    assert [p.name for p in liveness.failed_ranks_errors(tmp_path / "ranks")] == [
+        "error_rank1.txt", "error_rank0.txt"]
+    assert launch._first_failure(tmp_path, [0, 1], [1, 1]) == 1
+    (tmp_path / "ranks" / launch.SRUN_LOG).write_text("")
+    assert launch.step_failure(tmp_path, 1).rank == 1
+
+
 @pytest.mark.parametrize("fields, field", [
     (dict(algo="nope"), "algo"), (dict(nproc=0), "nproc"), (dict(data="svhn"), "data"),
     (dict(net="bandwidth=fast"), "net"), (dict(model="gpt"), "model"),

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import multiprocessing
 import os
 import pickle
@@ -71,7 +72,7 @@ from .config import Config
 from ..errors import ConfigError, WorkerError
 from ..paths import results_root
 from ..files import write_bytes_atomic, write_text_atomic
-from .liveness import LAUNCHER_ERROR
+from .liveness import LAUNCHER_ERROR, failed_ranks_errors
 from .worker import PROGRESS_ENV, error_file, main as worker_main, progress_file, record_error, run_worker
 
 # distsgd.training.worker: the loop, algorithms, models and data; torch._dynamo: torch.optim's first
@@ -312,7 +313,7 @@ def step_failure(run_dir: Path, returncode: int) -> Exception:
     text = (run_dir / "ranks" / SRUN_LOG).read_text()
     failed = [m for m in map(_SRUN_TASK.search, text.splitlines()) if m]
     if not failed:
-        errors = sorted(run_dir.glob("ranks/error_rank*.txt"), key=lambda p: p.stat().st_mtime)
+        errors = failed_ranks_errors(run_dir / "ranks")
         if errors:
             rank = int(errors[0].stem.removeprefix("error_rank"))
             return WorkerError(rank, errors[0].read_text())
@@ -631,8 +632,8 @@ def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) ->
     killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(run_dir, r).exists()]
     if killed:
         return killed[0]
-    return min(failed, key=lambda r: error_file(run_dir, r).stat().st_mtime
-               if error_file(run_dir, r).exists() else float("inf"))
+    return min(failed, key=lambda r: error_file(run_dir, r).stat().st_mtime_ns
+               if error_file(run_dir, r).exists() else math.inf)
 
 
 def _cause(run_dir: Path, rank: int, code: int | None) -> str:

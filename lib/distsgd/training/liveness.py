@@ -20,6 +20,15 @@ PID_FILE = "pid_rank{rank}"             # '<host> <pid>' of a rank's process, in
 LAUNCHER_ERROR = "launcher_error.txt"   # the local launcher's WorkerError, in RUN_DIR/ranks
 
 
+def failed_ranks_errors(ranks: Path) -> list[Path]:
+    """The error files of the failed ranks in RANKS (a run's ranks directory) in the order the ranks
+    failed (their nanosecond stamp, `worker.record_error`): the first is the root cause, the others
+    mostly failed because a peer had vanished."""
+    if not ranks.is_dir():
+        return []
+    return sorted(ranks.glob("error_rank*.txt"), key=lambda f: f.stat().st_mtime_ns)
+
+
 def write_pid_file(run_dir: Path, rank: int) -> None:
     """Note where rank `rank` runs, so that `run_state` can tell a running rank from a gone one."""
     write_text_atomic(run_dir / "ranks" / PID_FILE.format(rank=rank),
@@ -88,8 +97,7 @@ def status_of(run_dir: Path) -> tuple[str, str]:
         detail = (f"non-finite {found['quantity']} at step {found['step']} on ranks "
                   f"{', '.join(map(str, found['ranks']))}" if isinstance(found, dict) else "")
         return str(s["status"]), detail
-    errors = sorted(ranks.glob("error_rank*.txt"), key=lambda f: f.stat().st_mtime) \
-        if ranks.is_dir() else []
+    errors = failed_ranks_errors(ranks)
     launcher = ranks / LAUNCHER_ERROR
     cause = launcher.read_text() if launcher.is_file() else errors[0].read_text() if errors else ""
     if cause:

@@ -150,7 +150,11 @@ def main(run_dir: Path) -> int:
 
 def record_error(run_dir: Path) -> None:
     """Write the exception being handled where the launcher looks for this rank's cause, unless
-    already written: the launcher takes the earliest error file as the root cause."""
+    already written: the launcher takes the earliest error file as the root cause. The file's
+    modification time is the moment of the call to the nanosecond (`os.utime`): the kernel's own
+    stamp ticks in jiffies, so a peer failing in turn milliseconds later could tie with it."""
+    failed_ns = time.time_ns()
     path = error_file(run_dir, os.environ.get("RANK", "?"))
     if not path.exists():
         files.write_text_atomic(path, traceback.format_exc())
+        os.utime(path, ns=(failed_ns, failed_ns))
