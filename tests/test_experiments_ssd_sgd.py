@@ -119,6 +119,7 @@ def test_network_and_accuracy_runs_name_every_variant(monkeypatch) -> None:
     acc, pulled, acc_runs = ssd_exp.accuracy_runs({"data": "digits", "seed": 0}, SSD, [2, 5], 5, "mnist", [3, 4])
     assert calls[1]["name"] == "ssd_sgd_warmup30_local_lr_scale4.0_local_rulecosdcasgd_period2_mnist_s3"
     assert calls[0]["name"] == "ssgd__mnist_s3" and calls[5]["seed"] == 4 and calls[5]["data"] == "mnist"
+    assert all(c["eval_average"] for c in calls)      # the averaged model, for every method
     assert list(acc.columns) == ["S-SGD", "SSD-SGD k=2", "SSD-SGD k=5", "SSD-SGD k=5, no warm-up",
                                  "SSD-SGD k=5, rule none"] and acc.index.name == "seed"
     assert acc.loc[4, "S-SGD"] == pytest.approx(56.0) and (pulled == 80.0).all().all() and len(acc_runs) == 10

@@ -57,8 +57,9 @@ def check_parameters(periods: Sequence[int], seeds: Any) -> tuple[int, list[int]
 
 
 def end_acc(r: Result, pulled: bool = False) -> float:
-    """Final test accuracy: the local models at the last step (mean over ranks; the authors' end state), or the
-    model after the kit's final pull (`summary`); the same for methods without a local copy."""
+    """Final test accuracy: of the model evaluated at the last step (the average of the ranks' models in the
+    accuracy runs, `Config.eval_average`; in the timing runs each rank's own, mean over ranks), or of the model
+    after the kit's final pull (`summary`); the same for methods without a local copy."""
     return r.summary["final_test_acc"] if pulled else float(r.metrics.test_acc.iloc[-1])
 
 
@@ -102,7 +103,7 @@ def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local
     claims.pilot_claims = pilot_claims(acc_periods)
     for k in acc_periods:
         claims.register(f"acc_close_k{k}", f"SSD-SGD (k={k}) reaches S-SGD's accuracy", "close to S-SGD for small k",
-                        Test(f"test accuracy S-SGD - SSD-SGD k={k} (points)", "<=", margin, paired,
+                        Test(f"test accuracy of the averaged model, S-SGD - SSD-SGD k={k} (points)", "<=", margin, paired,
                              form="non-inferiority", source=close))
     claims.register("latency_gain_grows", "SSD-SGD's throughput gain over S-SGD (the faster of the kit's S-SGD and "
                     "PyTorch DDP on each network) grows with network latency",
@@ -110,11 +111,13 @@ def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local
                                         0.0, "95% interval of the median over logged periods after warm-up (quantile_test)",
                                         form="superiority", source=GROWS))
     claims.register("warmup_needed", f"removing the warm-up costs accuracy (k={kmax})", "warm-up and GLU are critical",
-                    Test("test accuracy with - without warm-up (points)", ">=", 0.0, paired, form="superiority",
+                    Test("test accuracy of the averaged model, with - without warm-up (points)", ">=", 0.0, paired,
+                         form="superiority",
                          source=COSTS))
     claims.register("local_rule_needed", f"replacing the local rule {local_rule} by a plain local step costs accuracy (k={kmax})",
-                    "warm-up and GLU are critical", Test(f"test accuracy {local_rule} - none (points)", ">=", 0.0, paired,
-                                                         form="superiority", source=COSTS))
+                    "warm-up and GLU are critical",
+                    Test(f"test accuracy of the averaged model, {local_rule} - none (points)", ">=", 0.0, paired,
+                         form="superiority", source=COSTS))
     profile = pj.load_profile(PROJ_MODEL, PROJ_DEVICE, PROJ_BATCH)
     hi_net, lo_net = PROJ_NETS[PROJ_LATENCIES_US[-1]], PROJ_NETS[PROJ_LATENCIES_US[0]]
     model = {(c["algo"], net): pj.runtime(c, net) for c in PROJ_CASES for net in (hi_net, lo_net)}
@@ -239,8 +242,10 @@ def latency_gain(groups: Mapping[str, Mapping[str, Result]], low_net: str, high_
 def accuracy_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], acc_periods: Sequence[int], kmax: int,
                   acc_data: str, seeds: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, str], Result]]:
     """The accuracy runs without a network, on `acc_data`, for each of the paired `seeds`: S-SGD,
-    SSD-SGD at each k <= 5, and at k = `kmax` without warm-up and with the plain local rule.
-    Returns the final test accuracy in % of the local models and after the final pull (seeds x
+    SSD-SGD at each k <= 5, and at k = `kmax` without warm-up and with the plain local rule; every
+    run evaluates the average of its ranks' models (`Config.eval_average`: S-SGD's one model,
+    SSD-SGD's local models averaged, the same object for every method). Returns the final test
+    accuracy in % of the averaged model at the last step and after the final pull (seeds x
     methods), and the runs by (seed, method)."""
     variants = {"S-SGD": ("ssgd", {}), **{f"SSD-SGD k={k}": ("ssd_sgd", {**ssd, "period": k}) for k in acc_periods},
                 f"SSD-SGD k={kmax}, no warm-up": ("ssd_sgd", {**ssd, "period": kmax, "warmup": 0}),
@@ -250,7 +255,7 @@ def accuracy_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], acc_periods
         for name, (algo, p) in variants.items():
             r = runs[s, name] = run(
                 algo=algo, params=p, name=f"{algo}_" + "_".join(f"{a}{b}" for a, b in p.items()) + f"_{acc_data}_s{s}",
-                net="", **{**common, "data": acc_data, "seed": s})
+                net="", eval_average=True, **{**common, "data": acc_data, "seed": s})
             acc[(s, name)], pulled[(s, name)] = 100 * end_acc(r), 100 * end_acc(r, pulled=True)
     acc = pd.Series(acc).unstack()[list(variants)]
     acc.index.name = "seed"
@@ -259,8 +264,8 @@ def accuracy_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], acc_periods
 
 def decide_accuracy(claims: Claims, runs: Mapping[tuple[int, str], Result], seeds: Sequence[int],
                     acc_periods: Sequence[int], kmax: int) -> None:
-    """Decide the accuracy claims on accuracy a - b (points), per test image of the evaluated (local)
-    models over the paired seeds (`Claims.decide_paired_accuracy`): S-SGD - SSD-SGD at each k <= 5,
+    """Decide the accuracy claims on accuracy a - b (points), per test image of the evaluated model
+    (the average of the ranks' models at the last step, `accuracy_runs`) over the paired seeds (`Claims.decide_paired_accuracy`): S-SGD - SSD-SGD at each k <= 5,
     and at k = `kmax` SSD-SGD - without warm-up and - with the plain local rule."""
     pairs = [(f"acc_close_k{k}", "S-SGD", f"SSD-SGD k={k}") for k in acc_periods]
     pairs += [("warmup_needed", f"SSD-SGD k={kmax}", f"SSD-SGD k={kmax}, no warm-up"),
