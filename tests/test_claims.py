@@ -501,6 +501,25 @@ def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -
     assert tests["better"]["expected_width"] == pytest.approx(0.3) and "contains 0" in tests["better"]["undecidable"]
     assert tests["fast"]["expected_width"] is None and tests["fast"]["undecidable"] is None
 
+def test_a_threshold_sourced_to_a_pilot_is_refused_where_the_profile_has_no_pilot(tmp_path, monkeypatch) -> None:
+    """A margin from another profile's pilot (another model and data) is not this run's: registering it
+    without this profile's pilot fails, naming the claim and the command that runs the pilot."""
+    from_pilot = Test(AT_MOST_0.quantity, "<=", 0.4, AT_MOST_0.statistic, form="non-inferiority",
+                      source="pilot: one seed SD of B's loss over the pilot's seeds")
+    monkeypatch.setenv(REGISTER_ENV, str(tmp_path / "staged.json"))
+    monkeypatch.setenv("DISTSGD_PROFILE", "full")
+    monkeypatch.setenv(registration.PILOT_ENV, str(tmp_path / "no-pilot"))
+    with pytest.raises(RegistrationError, match=r"99_demo: the thresholds of better name a pilot.*"
+                                                r"--pilot --profile full --only 99_demo.*margins: null"):
+        registered_claims(better=from_pilot).preregister(design=DESIGN)
+    assert not (tmp_path / "staged.json").exists()
+    (tmp_path / "pilot" / "T").mkdir(parents=True)
+    pilot(fast=(2.2, 2.6), better=(-0.2, 0.1)).to_csv(tmp_path / "pilot" / "T" / "claims.csv", index=False)
+    monkeypatch.setenv(registration.PILOT_ENV, str(tmp_path / "pilot"))
+    registered_claims(better=from_pilot).preregister(design=DESIGN)
+    assert json.loads((tmp_path / "staged.json").read_text())["tests"]["better"]["threshold"] == 0.4
+
+
 NOTEBOOKS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

@@ -124,3 +124,18 @@ def test_the_registered_margin_is_the_committed_pilots_ssgd_seed_range() -> None
     assert not set(reg["pilot"]["seeds"]) & set(reg["design"]["seeds"])
     assert reg["pilot"]["steps"] == reg["design"]["steps"]
     assert test["expected_width"] == pytest.approx(pilot.high - pilot.low) and test["undecidable"] is None
+
+
+def test_the_claim_registers_the_pilots_margin_or_the_null_without_one() -> None:
+    """`register_claim` with the notebook's margin_points is the committed registration's test; None
+    (the pilot itself, a profile without a pilot) is the null, 0 points, sourced so."""
+    registered = json.loads((REPO / "reproduce/registered/quick/00_baselines.json").read_text())["tests"]
+    claims = Claims("00_baselines")
+    baselines.register_claim(claims, 5, 1.11)
+    test = claims.claims["local_sgd_iid_accuracy"].test
+    assert {f: getattr(test, f) for f in ("threshold", "source", "statistic", "form", "side")} == {
+        f: registered["local_sgd_iid_accuracy"][f] for f in ("threshold", "source", "statistic", "form", "side")}
+    null = Claims("00_baselines")
+    baselines.register_claim(null, 5, None)
+    test = null.claims["local_sgd_iid_accuracy"].test
+    assert test.threshold == 0.0 and test.source.startswith("null: ")

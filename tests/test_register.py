@@ -133,3 +133,19 @@ def test_a_pilot_entry_gives_both_phases(tiny, tmp_path, capsys) -> None:
     assert main(tiny, tmp_path, "--pilot", "--seen", "no") == 2
     assert "pilots.00_tiny must give the parameters of T and 4T" in capsys.readouterr().err
     assert not (tmp_path / "pilot").exists()
+
+
+def test_a_profile_without_a_pilot_gives_the_null_margins() -> None:
+    """The parameters a quick pilot sets to null are the margins it measures (02's margins, 09's
+    sync_seed_range, ...). Every other profile that runs such a notebook without a pilot of its own
+    sets them null too, so that registering it does not take the quick MLP's margins (a pilot source,
+    refused there: `registration.record`)."""
+    profiles = {p.stem: yaml.safe_load(p.read_text()) for p in (REPO / "reproduce" / "profiles").glob("*.yaml")}
+    quick_pilots = profiles["quick"]["pilots"]
+    margins = {nb: sorted(k for k, v in entry["T"].items() if v is None) for nb, entry in quick_pilots.items()}
+    assert margins["08_ssd_sgd"] == ["margins"] and margins["00_baselines"] == ["margin_points"]
+    missing = [f"{name}: {nb}.{key}" for name, profile in profiles.items() if name != "quick"
+               for nb, params in (profile.get("notebooks") or {}).items()
+               if nb not in (profile.get("pilots") or {})
+               for key in margins.get(nb, []) if (params or {}).get(key, "unset") is not None]
+    assert not missing, f"margins taken from the quick pilot: {missing}"

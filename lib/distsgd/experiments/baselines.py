@@ -10,9 +10,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..verdicts.claims import Claims, paired_interval
+from ..verdicts.claims import Claims, Test, paired_interval
 from ..training.results import Result
 from ..training.runner import run
+
+
+MARGIN_PILOT = ("pilot: S-SGD's own seed spread, the largest minus the smallest of its final test accuracies over the "
+                "pilot's seeds 100-104 at 320 steps (94.99 to 96.10%; reproduce/pilots/quick/00_baselines/T, "
+                "baselines.ssgd_seed_range)")
+MARGIN_NULL = "null: no difference, 0 points (no pilot of this profile; the pilot itself)"
+
+
+def register_claim(claims: Claims, n_seeds: int, margin_points: float | None) -> None:
+    """Register `local_sgd_iid_accuracy` before any run: local SGD k=4's final test accuracy minus S-SGD's
+    (points) >= -`margin_points`, paired t interval over `n_seeds` shared seeds (non-inferiority). The
+    margin is S-SGD's seed range on the registered quick pilot (`ssgd_seed_range`: 1.11 points); None
+    is the pilot itself, or a profile without a pilot: the null, 0 points."""
+    margin, source = (0.0, MARGIN_NULL) if margin_points is None else (-float(margin_points), MARGIN_PILOT)
+    claims.register("local_sgd_iid_accuracy", "IID data: local SGD (period 4) reaches S-SGD's accuracy at equal steps",
+                    "same convergence rate as mini-batch SGD (Stich 2019)",
+                    Test("test acc local SGD k=4 - S-SGD (points)", ">=", margin,
+                         f"paired t 95% interval over {n_seeds} shared seeds", form="non-inferiority", source=source))
 
 
 def summary_table(runs: dict[str, Result]) -> pd.DataFrame:

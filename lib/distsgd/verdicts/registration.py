@@ -160,7 +160,17 @@ def record(notebook: str, tests: Mapping[str, dict], design: Mapping[str, Any],
            only: Sequence[str] | None = None) -> dict:
     """The registration of `notebook`: its design and, per claim, its test fields with the pilot's
     power (`power`); `only` (ids), where given, the claims whose power the pilot gives (the others
-    have none: their quantity is not what the pilot's seeds vary)."""
+    have none: their quantity is not what the pilot's seeds vary). A threshold whose source is a
+    pilot ("pilot: ...") is refused (`RegistrationError`) where this profile has no pilot of the
+    notebook: another profile's pilot measured another model and data, not this run's."""
+    sourced = sorted(id for id, fields in tests.items() if str(fields.get("source", "")).startswith("pilot:"))
+    if sourced and pilot[0] is None:
+        profile = os.environ.get("DISTSGD_PROFILE", "quick")
+        raise RegistrationError(
+            f"{notebook}: the thresholds of {', '.join(sourced)} name a pilot as their source, but "
+            f"{pilot_folder(notebook)} holds no pilot of this profile ({profile}): run it (python "
+            f"reproduce/register.py --pilot --profile {profile} --only {notebook}, the profile's pilots entry) and "
+            "set the margins it gives, or give the notebook its null margins in the profile (margins: null)")
     designs = {}
     for phase in ("T", "4T"):
         pilot_reg = pilot_folder(notebook) / "registered" / phase / f"{notebook}.json"
