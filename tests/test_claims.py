@@ -479,7 +479,6 @@ def test_the_registration_step_registers_the_pilots_power(tmp_path, monkeypatch)
     assert registration.changes(old, reg) == "power from the pilot for better, fast"
 
 
-
 def test_a_design_names_its_seeds_as_a_list_or_a_count() -> None:
     assert registration.seed_count({"seeds": [100, 101, 102]}) == 3 and registration.seed_count({"seeds": 10}) == 10
     assert registration.seed_count({"steps": 300}) is None and registration.seed_count(None) is None
@@ -500,6 +499,7 @@ def test_the_pilot_gives_power_only_to_the_claims_named(tmp_path, monkeypatch) -
     tests = json.loads(staged.read_text())["tests"]
     assert tests["better"]["expected_width"] == pytest.approx(0.3) and "contains 0" in tests["better"]["undecidable"]
     assert tests["fast"]["expected_width"] is None and tests["fast"]["undecidable"] is None
+
 
 def test_a_threshold_sourced_to_a_pilot_is_refused_where_the_profile_has_no_pilot(tmp_path, monkeypatch) -> None:
     """A margin from another profile's pilot (another model and data) is not this run's: registering it

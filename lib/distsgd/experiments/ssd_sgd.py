@@ -112,8 +112,7 @@ def register_claims(claims: Claims, acc_periods: Sequence[int], kmax: int, local
                                         form="superiority", source=GROWS))
     claims.register("warmup_needed", f"removing the warm-up costs accuracy (k={kmax})", "warm-up and GLU are critical",
                     Test("test accuracy of the averaged model, with - without warm-up (points)", ">=", 0.0, paired,
-                         form="superiority",
-                         source=COSTS))
+                         form="superiority", source=COSTS))
     claims.register("local_rule_needed", f"replacing the local rule {local_rule} by a plain local step costs accuracy (k={kmax})",
                     "warm-up and GLU are critical",
                     Test(f"test accuracy of the averaged model, {local_rule} - none (points)", ">=", 0.0, paired,
@@ -265,8 +264,9 @@ def accuracy_runs(common: Mapping[str, Any], ssd: Mapping[str, Any], acc_periods
 def decide_accuracy(claims: Claims, runs: Mapping[tuple[int, str], Result], seeds: Sequence[int],
                     acc_periods: Sequence[int], kmax: int) -> None:
     """Decide the accuracy claims on accuracy a - b (points), per test image of the evaluated model
-    (the average of the ranks' models at the last step, `accuracy_runs`) over the paired seeds (`Claims.decide_paired_accuracy`): S-SGD - SSD-SGD at each k <= 5,
-    and at k = `kmax` SSD-SGD - without warm-up and - with the plain local rule."""
+    (the average of the ranks' models at the last step, `accuracy_runs`) over the paired seeds
+    (`Claims.decide_paired_accuracy`): S-SGD - SSD-SGD at each k <= 5, and at k = `kmax` SSD-SGD -
+    without warm-up and - with the plain local rule."""
     pairs = [(f"acc_close_k{k}", "S-SGD", f"SSD-SGD k={k}") for k in acc_periods]
     pairs += [("warmup_needed", f"SSD-SGD k={kmax}", f"SSD-SGD k={kmax}, no warm-up"),
               ("local_rule_needed", f"SSD-SGD k={kmax}", f"SSD-SGD k={kmax}, rule none")]

@@ -632,8 +632,8 @@ def _first_failure(run_dir: Path, failed: list[int], codes: list[int | None]) ->
     killed = [r for r in failed if (codes[r] or 0) < 0 and not error_file(run_dir, r).exists()]
     if killed:
         return killed[0]
-    return min(failed, key=lambda r: error_file(run_dir, r).stat().st_mtime_ns
-               if error_file(run_dir, r).exists() else math.inf)
+    order = {f.name: i for i, f in enumerate(failed_ranks_errors(run_dir / "ranks"))}
+    return min(failed, key=lambda r: order.get(error_file(run_dir, r).name, math.inf))
 
 
 def _cause(run_dir: Path, rank: int, code: int | None) -> str:
