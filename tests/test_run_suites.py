@@ -77,6 +77,7 @@ def test_timed_suites_start_at_once_at_normal_priority_the_others_idle_beside_th
                                                           if not s.quiet)
     assert by_name[quiet[0]][1] or started[0][0] == quiet[0]    # not after the others: beside them
     assert [n for n, _, _ in started if n in quiet] == quiet    # one at a time, in order
+    assert started[-1] == ("timing", False, False)     # the real network's: last, with no other suite running
 
 
 def test_a_suites_cpu_counts_the_processes_its_children_leave_behind() -> None:
