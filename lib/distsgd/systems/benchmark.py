@@ -445,7 +445,8 @@ def timing_noise(df: pd.DataFrame) -> float:
     return float((c.std() / c.mean()).max())
 
 
-def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, backend: str = "gloo") -> list[dict]:
+def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, backend: str = "gloo",
+              stat: Callable[[list[float]], float] = statistics.median) -> list[dict]:
     from ..comm import Comm, parse_net
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -467,7 +468,7 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, back
                     comm.all_gather(full, shard)
                 sync()                                   # NCCL returns before the GPU is done
                 times.append(time.perf_counter() - t0)
-            t = comm.reduce_uncounted(torch.tensor(statistics.median(times), dtype=torch.float64, device=device), op="max")
+            t = comm.reduce_uncounted(torch.tensor(stat(times), dtype=torch.float64, device=device), op="max")
             rows.append(dict(kind=kind, nbytes=4 * n, p=world, measured_s=t.item(),
                              modeled_s=comm.net.cost(kind, 4 * n, world) if comm.net else float("nan")))
     return rows
@@ -475,10 +476,12 @@ def _fidelity(rank: int, world: int, net: str, sizes: list[int], reps: int, back
 
 def emulation_fidelity(p: int = 2, net: str = "200Mbit,50us", sizes: Iterable[int] = (2**16, 2**20, 2**22),
                        reps: int = 3) -> pd.DataFrame:
-    """Measured (median over `reps`, slowest rank) vs modeled time of each collective and message
-    size under the in-process emulation (`Comm` with `net`); the real-network check is
+    """Measured (the fastest of `reps`, slowest rank) vs modeled time of each collective and message
+    size under the in-process emulation (`Comm` with `net`): the emulation waits out the modeled
+    time, so its fastest repetition is its own fidelity, and a busy machine only slows the others
+    (a median of 3 beside other work measured 1.71x); the real-network check is
     `python -m distsgd bench --validate-emulation`."""
-    df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps)[0])
+    df = pd.DataFrame(on_ranks(_fidelity, p, net, list(sizes), reps, "gloo", min)[0])
     df["ratio"] = df.measured_s / df.modeled_s
     return df
 
